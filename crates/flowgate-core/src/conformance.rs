@@ -1,0 +1,324 @@
+//! The engine conformance suite: the contract every adapter owes the server, checked the same
+//! way for every engine.
+//!
+//! An adapter's tests build a [`Fixture`] (which arguments make its engine succeed, fail, run
+//! long, ask a question) and call [`run_all`]. Each scenario is also public, for adapters that
+//! can only run some of them. Scenarios panic with a message naming the broken promise.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{
+    Action, Engine, EngineError, ExecutionRecord, ExecutionRef, InputResponse, StartRequest,
+    TaskState,
+};
+
+/// One way to call an engine.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// The engine (bound to its tool's target).
+    pub engine: Arc<dyn Engine>,
+    /// The call's arguments.
+    pub arguments: Value,
+}
+
+/// How to make an engine do each thing the suite checks.
+#[derive(Debug, Clone)]
+pub struct Fixture {
+    /// Completes with [`Fixture::expected_output`].
+    pub success: Case,
+    /// The output of `success`.
+    pub expected_output: Value,
+    /// Ends in an engine-reported failure.
+    pub failure: Case,
+    /// Text the failure's error or cause contains.
+    pub expected_failure: String,
+    /// Runs for longer than the suite's timeout unless cancelled.
+    pub slow: Case,
+    /// Asks one question, then completes with output that contains the answer.
+    pub asks: Option<Case>,
+    /// The content to answer `asks` with.
+    pub answer: Value,
+    /// How long any one scenario may wait for the engine.
+    pub timeout: Duration,
+}
+
+/// Runs every scenario the engine's capabilities allow.
+pub async fn run_all(fx: &Fixture) {
+    start_is_visible_at_once(fx).await;
+    run_completes_with_output(fx).await;
+    failure_is_reported_with_its_cause(fx).await;
+    unknown_references_are_not_found(fx).await;
+    if fx.slow.engine.capabilities().cancel {
+        cancel_ends_cancelled(fx).await;
+    }
+    if fx.slow.engine.capabilities().inputs && fx.asks.is_some() {
+        input_request_is_answered(fx).await;
+        declined_input_ends_the_wait(fx).await;
+    }
+}
+
+async fn start(case: &Case) -> ExecutionRef {
+    let request = StartRequest {
+        tool: "conformance".into(),
+        arguments: case.arguments.clone(),
+        principal_digest: "conformance".into(),
+        idempotency_key: None,
+    };
+    case.engine
+        .start(request)
+        .await
+        .expect("start must succeed")
+        .execution
+}
+
+/// Polls until `done` holds, checking every observed move against the seven-state rules.
+async fn poll_until(
+    case: &Case,
+    execution: &ExecutionRef,
+    timeout: Duration,
+    done: impl Fn(&ExecutionRecord) -> bool,
+) -> ExecutionRecord {
+    let deadline = Instant::now() + timeout;
+    let mut last: Option<TaskState> = None;
+    loop {
+        let record = case
+            .engine
+            .get(execution)
+            .await
+            .expect("get of a started execution");
+        if let Some(prev) = last {
+            assert!(
+                prev.can_transition_to(record.state),
+                "illegal transition {prev} -> {} for {execution}",
+                record.state
+            );
+        }
+        assert!(
+            record.updated_at >= record.created_at,
+            "updated before created: {record:?}"
+        );
+        last = Some(record.state);
+        if done(&record) {
+            return record;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting on {execution}; last record {record:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A started execution is visible to `get` at once, not terminal, with the creation time.
+pub async fn start_is_visible_at_once(fx: &Fixture) {
+    let before = chrono::Utc::now() - chrono::Duration::seconds(5);
+    let execution = start(&fx.slow).await;
+    let record = fx
+        .slow
+        .engine
+        .get(&execution)
+        .await
+        .expect("get right after start");
+    assert!(
+        !record.state.is_terminal(),
+        "slow run already terminal: {record:?}"
+    );
+    assert!(
+        record.created_at >= before,
+        "created_at not from this start: {record:?}"
+    );
+    let _ = fx.slow.engine.cancel(&execution).await;
+}
+
+/// A run reaches completed with its output.
+pub async fn run_completes_with_output(fx: &Fixture) {
+    let execution = start(&fx.success).await;
+    let record = poll_until(&fx.success, &execution, fx.timeout, |r| {
+        r.state.is_terminal()
+    })
+    .await;
+    assert_eq!(record.state, TaskState::Completed, "{record:?}");
+    assert_eq!(
+        record.output.as_ref(),
+        Some(&fx.expected_output),
+        "{record:?}"
+    );
+    assert!(record.failure.is_none());
+}
+
+/// An engine-reported failure ends failed, with its error and cause.
+pub async fn failure_is_reported_with_its_cause(fx: &Fixture) {
+    let execution = start(&fx.failure).await;
+    let record = poll_until(&fx.failure, &execution, fx.timeout, |r| {
+        r.state.is_terminal()
+    })
+    .await;
+    assert_eq!(record.state, TaskState::Failed, "{record:?}");
+    let failure = record
+        .failure
+        .as_ref()
+        .expect("a failed record carries its failure");
+    let text = format!(
+        "{} {}",
+        failure.error,
+        failure.cause.as_deref().unwrap_or("")
+    );
+    assert!(
+        text.contains(&fx.expected_failure),
+        "{text:?} lacks {:?}",
+        fx.expected_failure
+    );
+}
+
+/// A cancel ends cancelled; cancelling again is not an error; the state then stays put.
+pub async fn cancel_ends_cancelled(fx: &Fixture) {
+    let execution = start(&fx.slow).await;
+    poll_until(&fx.slow, &execution, fx.timeout, |r| {
+        r.state != TaskState::Submitted
+    })
+    .await;
+    fx.slow
+        .engine
+        .cancel(&execution)
+        .await
+        .expect("cancel of a running execution");
+    let record = poll_until(&fx.slow, &execution, fx.timeout, |r| r.state.is_terminal()).await;
+    assert_eq!(record.state, TaskState::Cancelled, "{record:?}");
+    fx.slow
+        .engine
+        .cancel(&execution)
+        .await
+        .expect("cancel of a cancelled execution");
+    let again = fx
+        .slow
+        .engine
+        .get(&execution)
+        .await
+        .expect("get after cancel");
+    assert_eq!(again.state, TaskState::Cancelled);
+}
+
+/// An input request appears with a key, `respond` answers it, and the run uses the answer.
+pub async fn input_request_is_answered(fx: &Fixture) {
+    let Some(asks) = &fx.asks else { return };
+    let execution = start(asks).await;
+    let record = poll_until(asks, &execution, fx.timeout, |r| {
+        r.state != TaskState::Submitted && r.state != TaskState::Working
+    })
+    .await;
+    assert_eq!(record.state, TaskState::InputRequired, "{record:?}");
+    let request = record
+        .input_requests
+        .first()
+        .expect("input_required lists its requests");
+    assert!(!request.key.is_empty() && !request.message.is_empty());
+    assert_eq!(request.requested_schema["type"], "object");
+    let bogus = asks
+        .engine
+        .respond(
+            &execution,
+            "no-such-key",
+            InputResponse {
+                action: Action::Accept,
+                content: None,
+            },
+        )
+        .await;
+    assert!(
+        matches!(bogus, Err(EngineError::NotFound { .. })),
+        "unknown key: {bogus:?}"
+    );
+    let answer = InputResponse {
+        action: Action::Accept,
+        content: Some(fx.answer.clone()),
+    };
+    asks.engine
+        .respond(&execution, &request.key, answer)
+        .await
+        .expect("respond");
+    let done = poll_until(asks, &execution, fx.timeout, |r| r.state.is_terminal()).await;
+    assert_eq!(done.state, TaskState::Completed, "{done:?}");
+    let wanted = fx
+        .answer
+        .as_object()
+        .and_then(|o| o.values().next())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let wanted = wanted
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| wanted.to_string());
+    let output = done.output.map(|o| o.to_string()).unwrap_or_default();
+    assert!(
+        output.contains(&wanted),
+        "output {output} does not use the answer {wanted}"
+    );
+    let again = asks
+        .engine
+        .respond(
+            &execution,
+            &request.key,
+            InputResponse {
+                action: Action::Accept,
+                content: None,
+            },
+        )
+        .await;
+    assert!(again.is_err(), "a key is answered once");
+}
+
+/// A declined question is reported to the execution, which does not stay waiting.
+pub async fn declined_input_ends_the_wait(fx: &Fixture) {
+    let Some(asks) = &fx.asks else { return };
+    let execution = start(asks).await;
+    let record = poll_until(asks, &execution, fx.timeout, |r| {
+        r.state == TaskState::InputRequired || r.state.is_terminal()
+    })
+    .await;
+    let key = record
+        .input_requests
+        .first()
+        .map(|r| r.key.clone())
+        .expect("a question");
+    asks.engine
+        .respond(
+            &execution,
+            &key,
+            InputResponse {
+                action: Action::Decline,
+                content: None,
+            },
+        )
+        .await
+        .expect("respond decline");
+    let done = poll_until(asks, &execution, fx.timeout, |r| r.state.is_terminal()).await;
+    assert!(done.input_requests.is_empty(), "{done:?}");
+}
+
+/// References the engine never issued are not-found, never a panic or another error.
+pub async fn unknown_references_are_not_found(fx: &Fixture) {
+    for bogus in [
+        "does-not-exist-0000",
+        "",
+        "../../etc/passwd",
+        "x".repeat(300).as_str(),
+    ] {
+        let execution = ExecutionRef(bogus.to_owned());
+        let got = fx.success.engine.get(&execution).await;
+        assert!(
+            matches!(got, Err(EngineError::NotFound { .. })),
+            "get {bogus:?}: {got:?}"
+        );
+        let cancelled = fx.success.engine.cancel(&execution).await;
+        assert!(
+            matches!(
+                cancelled,
+                Err(EngineError::NotFound { .. }) | Err(EngineError::Unsupported { .. })
+            ),
+            "cancel {bogus:?}: {cancelled:?}"
+        );
+    }
+}

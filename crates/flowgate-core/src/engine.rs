@@ -1,0 +1,197 @@
+//! The contract between the server and a workflow engine.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{EngineError, ExecutionRecord, InputResponse, TaskState};
+
+/// The engine's own reference to one execution (a run id, an execution ARN, a resource name).
+///
+/// Opaque to the server, which only seals it into a task handle and hands it back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExecutionRef(pub String);
+
+impl std::fmt::Display for ExecutionRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a tool call hands the engine to start an execution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartRequest {
+    /// The manifest tool being called.
+    pub tool: String,
+    /// The validated call arguments.
+    pub arguments: Value,
+    /// A digest of the caller's principal, for labelling executions (never the principal itself).
+    pub principal_digest: String,
+    /// A name that makes a retried start reach the same execution, where the engine supports it.
+    pub idempotency_key: Option<String>,
+}
+
+/// The engine's acknowledgement of a start: the execution exists and `get` will find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// The new execution.
+    pub execution: ExecutionRef,
+    /// When the engine created it.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Which optional operations an engine supports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// `cancel` really stops the execution.
+    pub cancel: bool,
+    /// Executions can ask questions that `respond` answers.
+    pub inputs: bool,
+    /// `list` finds executions this server started.
+    pub list: bool,
+}
+
+impl Capabilities {
+    /// Every capability on.
+    pub fn all() -> Self {
+        Capabilities {
+            cancel: true,
+            inputs: true,
+            list: true,
+        }
+    }
+}
+
+/// A filter for [`Engine::list`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListFilter {
+    /// Only executions started for this principal digest.
+    pub principal_digest: Option<String>,
+    /// At most this many (the engine may return fewer).
+    pub limit: Option<usize>,
+}
+
+/// One line of [`Engine::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionSummary {
+    /// The execution.
+    pub execution: ExecutionRef,
+    /// Its mapped state.
+    pub state: TaskState,
+    /// When the engine created it.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A workflow engine, bound to one tool's target (a state machine, a workflow, a command).
+///
+/// The engine is the task store: every method asks it afresh, nothing is cached between calls.
+/// Implementations classify their failures into [`EngineError`] kinds and never retry on their
+/// own; retries with backoff are the caller's policy.
+#[async_trait]
+pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
+    /// The engine kind (`local`, `stepfunctions`, ...), as written in manifests.
+    fn kind(&self) -> &'static str;
+
+    /// What this engine can do beyond start and get.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Starts an execution. Returns only once [`Engine::get`] would find it.
+    ///
+    /// # Errors
+    /// `InvalidInput` when the engine refuses the arguments, `Denied`, `Throttled`, `Unavailable`.
+    async fn start(&self, request: StartRequest) -> Result<Started, EngineError>;
+
+    /// Reads the execution's current record.
+    ///
+    /// # Errors
+    /// `NotFound` for a reference the engine does not know (or has expired), never a panic.
+    async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError>;
+
+    /// Delivers the answer to one outstanding input request.
+    ///
+    /// # Errors
+    /// `NotFound` when the execution or the key is not (or no longer) outstanding.
+    async fn respond(
+        &self,
+        execution: &ExecutionRef,
+        key: &str,
+        response: InputResponse,
+    ) -> Result<(), EngineError>;
+
+    /// Asks the engine to stop the execution. Stopping a finished execution is not an error.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown execution; `Unsupported` when the engine cannot cancel.
+    async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError>;
+
+    /// Lists executions started through flowgate.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
+        let _ = filter;
+        Err(EngineError::Unsupported {
+            engine: self.kind(),
+            operation: "list",
+        })
+    }
+}
+
+macro_rules! forward_engine {
+    ($ty:ty) => {
+        #[deny(clippy::missing_trait_methods)]
+        #[async_trait]
+        impl<E: Engine + ?Sized> Engine for $ty {
+            fn kind(&self) -> &'static str {
+                (**self).kind()
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
+                (**self).start(request).await
+            }
+            async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
+                (**self).get(execution).await
+            }
+            async fn respond(
+                &self,
+                execution: &ExecutionRef,
+                key: &str,
+                response: InputResponse,
+            ) -> Result<(), EngineError> {
+                (**self).respond(execution, key, response).await
+            }
+            async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
+                (**self).cancel(execution).await
+            }
+            async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
+                (**self).list(filter).await
+            }
+        }
+    };
+}
+
+forward_engine!(Arc<E>);
+forward_engine!(Box<E>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn takes_engine<E: Engine>(_: &E) {}
+
+    #[test]
+    fn dyn_engine_is_usable_behind_arc_and_box() {
+        let e: Arc<dyn Engine> = Arc::new(crate::testing::FakeEngine::new());
+        takes_engine(&e);
+        let b: Box<dyn Engine> = Box::new(crate::testing::FakeEngine::new());
+        takes_engine(&b);
+    }
+}

@@ -1,0 +1,355 @@
+//! Task handles: the task ids clients hold, sealed so that only this deployment can open them.
+//!
+//! A handle carries everything `tasks/get` needs to find the execution again (engine, tool,
+//! execution reference, creation time), so no server keeps a task table. It is sealed with
+//! XChaCha20-Poly1305 under a deployment key:
+//!
+//! - integrity: a changed, truncated or made-up handle does not open;
+//! - privacy: account ids, ARNs and paths inside the reference are hidden from the client;
+//! - binding: the caller's principal is authenticated data, so a handle opens only for the
+//!   principal it was created for, and failing that looks exactly like an unknown handle;
+//! - rotation: the key id travels in the clear, and a [`Keyring`] opens handles sealed under
+//!   any key it holds while sealing new ones under its current key;
+//! - entropy: each handle has a fresh 192-bit random nonce and a 128-bit tag;
+//! - header safety: `fg1.<key id>.<base64url>` uses only `[A-Za-z0-9._-]`.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ExecutionRef;
+
+/// The prefix and version of every handle this code seals.
+const VERSION: &str = "fg1";
+const NONCE_LEN: usize = 24;
+
+/// What a handle holds once opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskHandle {
+    /// The engine kind that runs the execution.
+    pub engine: String,
+    /// The manifest tool that started it.
+    pub tool: String,
+    /// The engine's reference.
+    pub execution: ExecutionRef,
+    /// When the engine created it.
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Sealed {
+    e: String,
+    t: String,
+    x: String,
+    c: i64,
+}
+
+/// Why a handle did not open. Deliberately uninformative: every case must look the same to the
+/// client ("task not found"); the variants exist for logs and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// Not of the `fg1.<kid>.<data>` shape, or not base64.
+    #[error("malformed task handle")]
+    Malformed,
+    /// Sealed under a key this keyring does not hold.
+    #[error("task handle sealed under an unknown key")]
+    UnknownKey,
+    /// The seal did not verify: tampered, or bound to another principal.
+    #[error("task handle does not verify")]
+    Rejected,
+}
+
+/// A bad key specification.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid handle key: {0}")]
+pub struct KeyError(String);
+
+/// One sealing key with its id.
+#[derive(Clone)]
+pub struct HandleKey {
+    id: String,
+    cipher: XChaCha20Poly1305,
+}
+
+impl std::fmt::Debug for HandleKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandleKey")
+            .field("id", &self.id)
+            .field("secret", &"***")
+            .finish()
+    }
+}
+
+impl HandleKey {
+    /// A key from 32 secret bytes. The id must be 1 to 16 characters of `[a-z0-9]`.
+    ///
+    /// # Errors
+    /// A [`KeyError`] naming what is wrong with the id or the length.
+    pub fn new(id: &str, secret: &[u8]) -> Result<Self, KeyError> {
+        if id.is_empty()
+            || id.len() > 16
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
+            return Err(KeyError(format!(
+                "key id {id:?} must be 1-16 characters of [a-z0-9]"
+            )));
+        }
+        if secret.len() != 32 {
+            return Err(KeyError(format!(
+                "key {id:?} has {} bytes; it needs exactly 32",
+                secret.len()
+            )));
+        }
+        let cipher = XChaCha20Poly1305::new_from_slice(secret)
+            .map_err(|_| KeyError("key of the wrong length".into()))?;
+        Ok(HandleKey {
+            id: id.to_owned(),
+            cipher,
+        })
+    }
+
+    /// A fresh random key, for a development server that was given none.
+    pub fn random(id: &str) -> Result<Self, KeyError> {
+        let secret = XChaCha20Poly1305::generate_key(&mut OsRng);
+        Self::new(id, secret.as_slice())
+    }
+
+    /// The key id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// The keys a deployment seals and opens handles with.
+#[derive(Debug, Clone)]
+pub struct Keyring {
+    current: HandleKey,
+    previous: Vec<HandleKey>,
+}
+
+impl Keyring {
+    /// A keyring that seals with `current` and also opens handles sealed under `previous`.
+    pub fn new(current: HandleKey, previous: Vec<HandleKey>) -> Self {
+        Keyring { current, previous }
+    }
+
+    /// Parses `kid:base64key[,kid:base64key...]`; the first key seals, all of them open.
+    /// The base64 may be standard or URL-safe, padded or not, and must decode to 32 bytes.
+    ///
+    /// # Errors
+    /// A [`KeyError`] that names the bad entry by its id (never its secret).
+    pub fn parse(spec: &str) -> Result<Self, KeyError> {
+        let mut keys = Vec::new();
+        for (n, entry) in spec
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .enumerate()
+        {
+            let (id, b64) = entry.split_once(':').ok_or_else(|| {
+                KeyError(format!("entry {} is not of the form kid:base64", n + 1))
+            })?;
+            let secret = decode_any_base64(b64.trim())
+                .ok_or_else(|| KeyError(format!("key {id:?} is not valid base64")))?;
+            keys.push(HandleKey::new(id.trim(), &secret)?);
+        }
+        let mut keys = keys.into_iter();
+        let current = keys.next().ok_or_else(|| KeyError("no key given".into()))?;
+        Ok(Keyring::new(current, keys.collect()))
+    }
+
+    /// The id of the key new handles are sealed with.
+    pub fn current_id(&self) -> &str {
+        self.current.id()
+    }
+
+    /// Seals `handle` for `principal`.
+    pub fn seal(&self, handle: &TaskHandle, principal: &str) -> String {
+        let body = Sealed {
+            e: handle.engine.clone(),
+            t: handle.tool.clone(),
+            x: handle.execution.0.clone(),
+            c: handle.created_at.timestamp_millis(),
+        };
+        let plaintext = serde_json::to_vec(&body).unwrap_or_default();
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let aad = associated_data(&self.current.id, principal);
+        // Encryption with a valid key and nonce cannot fail for inputs of this size.
+        let ciphertext = self
+            .current
+            .cipher
+            .encrypt(
+                &nonce,
+                Payload {
+                    msg: &plaintext,
+                    aad: &aad,
+                },
+            )
+            .unwrap_or_default();
+        let mut data = Vec::with_capacity(NONCE_LEN + ciphertext.len());
+        data.extend_from_slice(nonce.as_slice());
+        data.extend_from_slice(&ciphertext);
+        format!(
+            "{VERSION}.{}.{}",
+            self.current.id,
+            URL_SAFE_NO_PAD.encode(data)
+        )
+    }
+
+    /// Opens a handle that `principal` presents.
+    ///
+    /// # Errors
+    /// [`OpenError`]; callers must answer every variant the same way ("task not found").
+    pub fn open(&self, token: &str, principal: &str) -> Result<TaskHandle, OpenError> {
+        let mut parts = token.splitn(3, '.');
+        let (Some(VERSION), Some(kid), Some(data)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(OpenError::Malformed);
+        };
+        let key = std::iter::once(&self.current)
+            .chain(&self.previous)
+            .find(|k| k.id == kid)
+            .ok_or(OpenError::UnknownKey)?;
+        let data = URL_SAFE_NO_PAD
+            .decode(data)
+            .map_err(|_| OpenError::Malformed)?;
+        if data.len() <= NONCE_LEN {
+            return Err(OpenError::Malformed);
+        }
+        let (nonce, ciphertext) = data.split_at(NONCE_LEN);
+        let aad = associated_data(kid, principal);
+        let plaintext = key
+            .cipher
+            .decrypt(
+                XNonce::from_slice(nonce),
+                Payload {
+                    msg: ciphertext,
+                    aad: &aad,
+                },
+            )
+            .map_err(|_| OpenError::Rejected)?;
+        let body: Sealed = serde_json::from_slice(&plaintext).map_err(|_| OpenError::Rejected)?;
+        let created_at = DateTime::from_timestamp_millis(body.c).ok_or(OpenError::Rejected)?;
+        Ok(TaskHandle {
+            engine: body.e,
+            tool: body.t,
+            execution: ExecutionRef(body.x),
+            created_at,
+        })
+    }
+}
+
+fn associated_data(kid: &str, principal: &str) -> Vec<u8> {
+    format!("{VERSION}\n{kid}\n{principal}").into_bytes()
+}
+
+fn decode_any_base64(s: &str) -> Option<Vec<u8>> {
+    use base64::engine::GeneralPurpose;
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE};
+    [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD]
+        .iter()
+        .map(|e: &&GeneralPurpose| *e)
+        .find_map(|e| e.decode(s).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(id: &str, byte: u8) -> Keyring {
+        Keyring::new(HandleKey::new(id, &[byte; 32]).expect("key"), vec![])
+    }
+
+    fn sample() -> TaskHandle {
+        TaskHandle {
+            engine: "stepfunctions".into(),
+            tool: "deploy".into(),
+            execution: ExecutionRef(
+                "arn:aws:states:eu-west-1:123456789012:execution:m:run-1".into(),
+            ),
+            created_at: DateTime::from_timestamp_millis(1_764_670_000_123).expect("time"),
+        }
+    }
+
+    #[test]
+    fn seal_then_open_round_trips_and_hides_the_reference() {
+        let k = ring("k1", 7);
+        let token = k.seal(&sample(), "alice");
+        assert!(token.starts_with("fg1.k1."));
+        assert!(
+            !token.contains("123456789012"),
+            "account id leaked: {token}"
+        );
+        assert!(
+            token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        );
+        assert_eq!(k.open(&token, "alice"), Ok(sample()));
+    }
+
+    #[test]
+    fn two_seals_of_the_same_handle_differ() {
+        let k = ring("k1", 7);
+        assert_ne!(k.seal(&sample(), "a"), k.seal(&sample(), "a"));
+    }
+
+    #[test]
+    fn another_principal_cannot_open() {
+        let k = ring("k1", 7);
+        let token = k.seal(&sample(), "alice");
+        assert_eq!(k.open(&token, "bob"), Err(OpenError::Rejected));
+        assert_eq!(k.open(&token, "anonymous"), Err(OpenError::Rejected));
+    }
+
+    #[test]
+    fn tampered_truncated_and_random_handles_do_not_open() {
+        let k = ring("k1", 7);
+        let token = k.seal(&sample(), "p");
+        let mut bytes = token.clone().into_bytes();
+        let last = bytes.len() - 3;
+        bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(bytes).expect("ascii");
+        assert!(k.open(&tampered, "p").is_err());
+        assert!(k.open(&token[..token.len() - 5], "p").is_err());
+        assert!(k.open(&token[..10], "p").is_err());
+        assert!(k.open("", "p").is_err());
+        assert!(k.open("fg1.k1.", "p").is_err());
+        assert!(k.open("fg1.k1.!!!!", "p").is_err());
+        assert!(k.open("not-a-handle", "p").is_err());
+        assert!(k.open(&format!("fg1.k1.{}", "A".repeat(120)), "p").is_err());
+        assert!(k.open(&token.replacen("fg1", "fg2", 1), "p").is_err());
+    }
+
+    #[test]
+    fn another_deployment_cannot_open_and_rotation_keeps_old_handles() {
+        let old = ring("k1", 1);
+        let token = old.seal(&sample(), "p");
+        assert_eq!(ring("k1", 2).open(&token, "p"), Err(OpenError::Rejected));
+        assert_eq!(ring("k2", 2).open(&token, "p"), Err(OpenError::UnknownKey));
+        let rotated = Keyring::new(
+            HandleKey::new("k2", &[2; 32]).expect("key"),
+            vec![HandleKey::new("k1", &[1; 32]).expect("key")],
+        );
+        assert_eq!(rotated.open(&token, "p"), Ok(sample()));
+        assert!(rotated.seal(&sample(), "p").starts_with("fg1.k2."));
+    }
+
+    #[test]
+    fn parse_accepts_lists_and_names_bad_entries_without_secrets() {
+        let b64 = URL_SAFE_NO_PAD.encode([9u8; 32]);
+        let k = Keyring::parse(&format!("new:{b64}, old:{b64}")).expect("parse");
+        assert_eq!(k.current_id(), "new");
+        let err = Keyring::parse("k1:c2hvcnQ=").expect_err("short key");
+        assert!(err.to_string().contains("32"), "{err}");
+        assert!(!err.to_string().contains("c2hvcnQ"));
+        assert!(Keyring::parse("").is_err());
+        assert!(Keyring::parse("UPPER:abc").is_err());
+        assert!(format!("{k:?}").contains("***"));
+    }
+}

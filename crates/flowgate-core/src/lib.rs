@@ -1,0 +1,31 @@
+//! The task model of flowgate, with no network code.
+//!
+//! A workflow engine is flowgate's task store: this crate holds the vocabulary every part of the
+//! server shares with every engine adapter.
+//!
+//! - [`TaskState`]: the seven states of the SEP-1686 design and the moves allowed between them.
+//! - [`ExecutionRecord`]: what an engine reports about one execution, read fresh on every poll.
+//! - [`Engine`]: the contract an adapter implements (start, get, respond, cancel, list).
+//! - [`handle`]: task handles, the sealed tokens that are the task ids clients hold.
+//! - [`wire`]: the projection of a record onto the MCP tasks extension (2026-07-28).
+//! - `conformance` and `testing` (feature `testing`): the engine conformance suite and an
+//!   in-memory [`Engine`] that runs it on every `cargo test`.
+
+mod engine;
+mod error;
+pub mod handle;
+mod record;
+mod state;
+pub mod wire;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod conformance;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use engine::{
+    Capabilities, Engine, ExecutionRef, ExecutionSummary, ListFilter, StartRequest, Started,
+};
+pub use error::{EngineError, kind_for_status};
+pub use record::{Action, EngineFailure, ExecutionRecord, InputRequest, InputResponse};
+pub use state::TaskState;
