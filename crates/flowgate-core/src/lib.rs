@@ -15,6 +15,7 @@ mod engine;
 mod error;
 pub mod handle;
 mod record;
+mod registry;
 mod state;
 pub mod wire;
 
@@ -28,4 +29,5 @@ pub use engine::{
 };
 pub use error::{EngineError, kind_for_status};
 pub use record::{Action, EngineFailure, ExecutionRecord, InputRequest, InputResponse};
+pub use registry::{Factory, Registry};
 pub use state::TaskState;

@@ -327,3 +327,11 @@ mod tests {
         assert_eq!(e.list(filter).await.expect("list").len(), 2);
     }
 }
+
+/// Registers [`FakeEngine`] as engine kind `fake`; every tool shares one instance.
+pub fn register(registry: &mut crate::Registry, engine: FakeEngine) {
+    registry.register(
+        KIND,
+        Box::new(move |_target, _dir| Ok(Arc::new(engine.clone()) as Arc<dyn Engine>)),
+    );
+}

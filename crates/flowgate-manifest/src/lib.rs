@@ -1,1 +1,31 @@
-//! placeholder
+//! flowgate's tool manifests: YAML files that declare which tools exist and which workflow each
+//! one starts.
+//!
+//! ```yaml
+//! tools:
+//!   - name: nightly_etl
+//!     description: Run the nightly ETL for one day.
+//!     input_schema:
+//!       type: object
+//!       properties: { day: { type: string, format: date } }
+//!       required: [day]
+//!     task: required            # required | optional (default) | forbidden
+//!     poll_interval_ms: 5000
+//!     ttl_ms: 604800000
+//!     failure: tool_error       # or jsonrpc_error
+//!     target:
+//!       engine: local
+//!       command: ["./etl.sh"]
+//! ```
+//!
+//! Parsing is strict: unknown keys are errors, and every error names the file, line and column.
+//! `${NAME}` in any value is replaced by the environment variable `NAME` at load; an unset
+//! variable is an error at its position.
+
+mod error;
+mod load;
+mod tool;
+
+pub use error::ManifestError;
+pub use load::{load_path, parse_str};
+pub use tool::{Location, Manifest, Target, TaskSupport, ToolSpec};

@@ -1,0 +1,266 @@
+//! Reading manifests from YAML.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flowgate_core::wire::FailureMode;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use serde_saphyr::Spanned;
+
+use crate::{Location, Manifest, ManifestError, Target, TaskSupport, ToolSpec};
+
+const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
+const DEFAULT_TTL_MS: u64 = 86_400_000;
+const MIN_POLL_INTERVAL_MS: u64 = 100;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    tools: Vec<Spanned<RawTool>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTool {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    input_schema: Option<Spanned<Value>>,
+    #[serde(default)]
+    output_schema: Option<Spanned<Value>>,
+    #[serde(default)]
+    task: TaskSupport,
+    #[serde(default)]
+    poll_interval_ms: Option<Spanned<u64>>,
+    /// `null` means unlimited; absent means the default.
+    #[serde(default = "default_ttl")]
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    failure: RawFailure,
+    target: Spanned<Map<String, Value>>,
+}
+
+fn default_ttl() -> Option<u64> {
+    Some(DEFAULT_TTL_MS)
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum RawFailure {
+    #[default]
+    ToolError,
+    JsonrpcError,
+}
+
+/// Loads a manifest file, or every `*.yaml` / `*.yml` file of a folder (sorted by name).
+///
+/// # Errors
+/// Every problem found, each with its file, line and column.
+pub fn load_path(path: &Path) -> Result<Manifest, Vec<ManifestError>> {
+    let at_top = |message: String| {
+        vec![ManifestError {
+            file: path.to_owned(),
+            line: 1,
+            column: 1,
+            message,
+        }]
+    };
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let entries =
+            std::fs::read_dir(path).map_err(|e| at_top(format!("cannot read folder: {e}")))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(at_top("folder holds no .yaml or .yml manifest".into()));
+        }
+        files
+    } else {
+        vec![path.to_owned()]
+    };
+    let mut manifest = Manifest::default();
+    let mut errors = Vec::new();
+    for file in files {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(ManifestError {
+                    file,
+                    line: 1,
+                    column: 1,
+                    message: format!("cannot read: {e}"),
+                });
+                continue;
+            }
+        };
+        match parse_str(&text, &file) {
+            Ok(m) => manifest.tools.extend(m.tools),
+            Err(e) => errors.extend(e),
+        }
+    }
+    check_unique(&manifest, &mut errors);
+    if errors.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Parses one manifest text; `file` names it in errors and locations.
+///
+/// # Errors
+/// Every problem found, each with its file, line and column.
+pub fn parse_str(text: &str, file: &Path) -> Result<Manifest, Vec<ManifestError>> {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let options = serde_saphyr::Options::default().with_properties(env);
+    let raw: RawManifest = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+        let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+        vec![ManifestError {
+            file: file.to_owned(),
+            line,
+            column,
+            message: first_line(&e.to_string()),
+        }]
+    })?;
+    let mut manifest = Manifest::default();
+    let mut errors = Vec::new();
+    for tool in raw.tools {
+        match validate(tool, file) {
+            Ok(t) => manifest.tools.push(t),
+            Err(e) => errors.push(e),
+        }
+    }
+    check_unique(&manifest, &mut errors);
+    if errors.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(errors)
+    }
+}
+
+/// serde-saphyr's message carries a source snippet after the first line; flowgate prints its
+/// own `file:line:column:` prefix, so keep the sentence and drop the drawing.
+fn first_line(message: &str) -> String {
+    let line = message.lines().next().unwrap_or(message).trim();
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+}
+
+fn loc(file: &Path, l: &serde_saphyr::Location) -> Location {
+    Location {
+        file: file.to_owned(),
+        line: l.line(),
+        column: l.column(),
+    }
+}
+
+fn validate(raw: Spanned<RawTool>, file: &Path) -> Result<ToolSpec, ManifestError> {
+    let location = loc(file, &raw.referenced);
+    let raw = raw.value;
+    let name_at = loc(file, &raw.name.referenced);
+    let name = raw.name.value;
+    if name.is_empty()
+        || name.len() > 128
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    {
+        return Err(name_at.error(format!(
+            "tool name {name:?} must be 1-128 characters of letters, digits, '_', '-' or '.'"
+        )));
+    }
+    let (input_schema, input_at) = match raw.input_schema {
+        Some(s) => (s.value, loc(file, &s.referenced)),
+        None => (serde_json::json!({"type": "object"}), location.clone()),
+    };
+    let input_schema = object_schema(input_schema, &input_at, "input_schema", true)?;
+    let validator = jsonschema::validator_for(&Value::Object(input_schema.clone()))
+        .map_err(|e| input_at.error(format!("input_schema is not a valid JSON Schema: {e}")))?;
+    let output_schema = match raw.output_schema {
+        Some(s) => {
+            let at = loc(file, &s.referenced);
+            let schema = object_schema(s.value, &at, "output_schema", false)?;
+            jsonschema::validator_for(&Value::Object(schema.clone()))
+                .map_err(|e| at.error(format!("output_schema is not a valid JSON Schema: {e}")))?;
+            Some(schema)
+        }
+        None => None,
+    };
+    let poll_interval_ms = match raw.poll_interval_ms {
+        Some(p) if p.value < MIN_POLL_INTERVAL_MS => {
+            return Err(loc(file, &p.referenced).error(format!(
+                "poll_interval_ms must be at least {MIN_POLL_INTERVAL_MS}"
+            )));
+        }
+        Some(p) => p.value,
+        None => DEFAULT_POLL_INTERVAL_MS,
+    };
+    let target_at = loc(file, &raw.target.referenced);
+    let mut config = raw.target.value;
+    let engine = match config.remove("engine") {
+        Some(Value::String(e)) if !e.is_empty() => e,
+        Some(_) => return Err(target_at.error("target.engine must be a string")),
+        None => return Err(target_at.error("target needs an `engine` key")),
+    };
+    Ok(ToolSpec {
+        name,
+        description: raw.description,
+        input_schema,
+        output_schema,
+        task: raw.task,
+        target: Target {
+            engine,
+            config,
+            location: target_at,
+        },
+        poll_interval_ms,
+        ttl_ms: raw.ttl_ms,
+        failure: match raw.failure {
+            RawFailure::ToolError => FailureMode::ToolError,
+            RawFailure::JsonrpcError => FailureMode::JsonRpcError,
+        },
+        location,
+        validator: Arc::new(validator),
+    })
+}
+
+fn object_schema(
+    schema: Value,
+    at: &Location,
+    what: &str,
+    must_be_object_type: bool,
+) -> Result<Map<String, Value>, ManifestError> {
+    let Value::Object(map) = schema else {
+        return Err(at.error(format!("{what} must be a mapping (a JSON Schema object)")));
+    };
+    if must_be_object_type && map.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(at.error(format!(
+            "{what} must have `type: object` (MCP tool arguments are an object)"
+        )));
+    }
+    Ok(map)
+}
+
+fn check_unique(manifest: &Manifest, errors: &mut Vec<ManifestError>) {
+    for (i, tool) in manifest.tools.iter().enumerate() {
+        if let Some(first) = manifest.tools[..i].iter().find(|t| t.name == tool.name) {
+            let message = format!(
+                "tool {:?} is declared twice (first at {}:{})",
+                tool.name,
+                first.location.file.display(),
+                first.location.line
+            );
+            let duplicate = tool.location.error(message);
+            if !errors.contains(&duplicate) {
+                errors.push(duplicate);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

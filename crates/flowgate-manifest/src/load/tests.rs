@@ -1,0 +1,170 @@
+//! Manifest parsing tests: good manifests, and the located error of each kind of bad one.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::*;
+
+const GOOD: &str = r#"
+tools:
+  - name: etl
+    description: Run the ETL.
+    input_schema:
+      type: object
+      properties:
+        day: { type: string }
+        rows: { type: integer, minimum: 0 }
+      required: [day]
+    output_schema:
+      type: object
+    task: required
+    poll_interval_ms: 500
+    failure: jsonrpc_error
+    target:
+      engine: local
+      command: ["./etl.sh", "--fast"]
+  - name: hello
+    ttl_ms: null
+    target: { engine: local, command: [echo, hi] }
+"#;
+
+fn parse(text: &str) -> Result<Manifest, Vec<ManifestError>> {
+    parse_str(text, Path::new("m.yaml"))
+}
+
+fn one_error(text: &str) -> ManifestError {
+    let mut errors = parse(text).expect_err("should fail");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    errors.remove(0)
+}
+
+#[test]
+fn a_good_manifest_parses_with_defaults() {
+    let m = parse(GOOD).expect("parse");
+    let etl = m.tool("etl").expect("etl");
+    assert_eq!(etl.task, TaskSupport::Required);
+    assert_eq!(etl.poll_interval_ms, 500);
+    assert_eq!(etl.failure, FailureMode::JsonRpcError);
+    assert_eq!(etl.target.engine, "local");
+    assert_eq!(etl.target.config["command"], json!(["./etl.sh", "--fast"]));
+    assert_eq!(
+        etl.target.location.line, 17,
+        "the block starts at its first key"
+    );
+    assert!(etl.output_schema.is_some());
+    let hello = m.tool("hello").expect("hello");
+    assert_eq!(hello.task, TaskSupport::Optional);
+    assert_eq!(hello.ttl_ms, None);
+    assert_eq!(hello.poll_interval_ms, DEFAULT_POLL_INTERVAL_MS);
+    assert_eq!(
+        hello.input_schema,
+        json!({"type": "object"}).as_object().cloned().expect("obj")
+    );
+}
+
+#[test]
+fn arguments_are_checked_and_errors_name_the_field() {
+    let m = parse(GOOD).expect("parse");
+    let etl = m.tool("etl").expect("etl");
+    assert!(
+        etl.validate_arguments(&json!({"day": "2026-12-01"}))
+            .is_ok()
+    );
+    let errors = etl
+        .validate_arguments(&json!({"rows": -1}))
+        .expect_err("bad");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("day") && e.contains("required")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.starts_with("argument /rows")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn unknown_keys_are_errors_with_line_and_column() {
+    let e = one_error("tools:\n  - name: a\n    targte: {}\n    target: {engine: local}\n");
+    assert_eq!((e.line, e.column), (3, 5), "{e}");
+    assert!(e.message.contains("targte"), "{e}");
+    assert!(e.to_string().starts_with("m.yaml:3:5: "), "{e}");
+}
+
+#[test]
+fn bad_values_are_located() {
+    let e = one_error("tools:\n  - name: a\n    task: sometimes\n    target: {engine: local}\n");
+    assert_eq!(e.line, 3, "{e}");
+    let e = one_error("tools:\n  - name: 'bad name'\n    target: {engine: local}\n");
+    assert_eq!((e.line, e.column), (2, 11), "{e}");
+    let e = one_error(
+        "tools:\n  - name: a\n    input_schema: {type: string}\n    target: {engine: local}\n",
+    );
+    assert_eq!(e.line, 3, "{e}");
+    assert!(e.message.contains("type: object"), "{e}");
+    let e = one_error(
+        "tools:\n  - name: a\n    input_schema: {type: object, properties: {x: {type: 12}}}\n    target: {engine: local}\n",
+    );
+    assert!(e.message.contains("not a valid JSON Schema"), "{e}");
+    let e =
+        one_error("tools:\n  - name: a\n    poll_interval_ms: 5\n    target: {engine: local}\n");
+    assert_eq!(e.line, 3, "{e}");
+    let e = one_error("tools:\n  - name: a\n    target: {command: [x]}\n");
+    assert_eq!(e.line, 3, "{e}");
+    assert!(e.message.contains("engine"), "{e}");
+    let e = one_error("tools:\n  - name: a\n    target: {engine: local}\n   bad indent: 1\n");
+    assert_eq!(e.line, 4, "{e}");
+}
+
+#[test]
+fn duplicates_are_errors() {
+    let e = one_error(
+        "tools:\n  - name: a\n    target: {engine: local}\n  - name: a\n    target: {engine: local}\n",
+    );
+    assert_eq!(e.line, 4, "{e}");
+    assert!(e.message.contains("declared twice"), "{e}");
+}
+
+#[test]
+fn env_values_are_resolved_and_missing_ones_are_located() {
+    // SAFETY of the test: the variable names are unique to this test.
+    let text = "tools:\n  - name: a\n    description: ${FLOWGATE_TEST_DESC_7}\n    target: {engine: local}\n";
+    let e = one_error(text);
+    assert_eq!(e.line, 3, "{e}");
+    assert!(e.message.contains("FLOWGATE_TEST_DESC_7"), "{e}");
+    let text = text.replace("FLOWGATE_TEST_DESC_7", "CARGO_PKG_NAME");
+    let m = parse(&text).expect("parse");
+    assert_eq!(m.tools[0].description, "flowgate-manifest");
+}
+
+#[test]
+fn folders_load_every_yaml_file_and_catch_cross_file_duplicates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "tools:\n  - name: a\n    target: {engine: local}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("b.yml"),
+        "tools:\n  - name: b\n    target: {engine: local}\n",
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("notes.txt"), "ignored").expect("write");
+    let m = load_path(dir.path()).expect("load");
+    assert_eq!(
+        m.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        "tools:\n  - name: a\n    target: {engine: local}\n",
+    )
+    .expect("write");
+    let errors = load_path(dir.path()).expect_err("duplicate");
+    assert!(errors[0].to_string().contains("c.yaml:2"), "{errors:?}");
+}

@@ -1,0 +1,133 @@
+//! The validated form of a manifest.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use flowgate_core::wire::{FailureMode, Presentation};
+use serde_json::{Map, Value};
+
+use crate::ManifestError;
+
+/// Where something was declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The manifest file.
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+}
+
+impl Location {
+    /// An error at this place.
+    pub fn error(&self, message: impl Into<String>) -> ManifestError {
+        ManifestError {
+            file: self.file.clone(),
+            line: self.line,
+            column: self.column,
+            message: message.into(),
+        }
+    }
+}
+
+/// Whether a tool's calls run as tasks (the MCP `taskSupport` values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskSupport {
+    /// Always a task; clients that do not speak tasks get -32021.
+    Required,
+    /// A task for clients that speak tasks, a bounded synchronous wait for others.
+    #[default]
+    Optional,
+    /// Never a task: always a bounded synchronous wait.
+    Forbidden,
+}
+
+/// The engine a tool starts, with the engine's own settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// The engine kind (`local`, `stepfunctions`, ...).
+    pub engine: String,
+    /// The remaining keys, for the engine's factory to check.
+    pub config: Map<String, Value>,
+    /// Where the target block starts.
+    pub location: Location,
+}
+
+/// One tool, validated.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    /// The MCP tool name.
+    pub name: String,
+    /// The description shown to models.
+    pub description: String,
+    /// JSON Schema of the arguments (an object schema).
+    pub input_schema: Map<String, Value>,
+    /// JSON Schema of the structured result, if declared.
+    pub output_schema: Option<Map<String, Value>>,
+    /// Task support.
+    pub task: TaskSupport,
+    /// The engine and its target.
+    pub target: Target,
+    /// `pollIntervalMs` the server advertises.
+    pub poll_interval_ms: u64,
+    /// `ttlMs` the server advertises; `None` is unlimited.
+    pub ttl_ms: Option<u64>,
+    /// How workflow failures are reported.
+    pub failure: FailureMode,
+    /// Where the tool is declared.
+    pub location: Location,
+    pub(crate) validator: Arc<jsonschema::Validator>,
+}
+
+impl ToolSpec {
+    /// Checks call arguments against the input schema.
+    ///
+    /// # Errors
+    /// One message per problem, each naming the argument (`/path`) it is about.
+    pub fn validate_arguments(&self, arguments: &Value) -> Result<(), Vec<String>> {
+        let errors: Vec<String> = self
+            .validator
+            .iter_errors(arguments)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                let at = if path.is_empty() {
+                    "arguments".to_owned()
+                } else {
+                    format!("argument {path}")
+                };
+                format!("{at}: {e}")
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// How this tool's results are shaped on the wire.
+    pub fn presentation(&self) -> Presentation {
+        Presentation {
+            failure: self.failure,
+            structured: self.output_schema.is_some(),
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+        }
+    }
+}
+
+/// Every tool of one manifest (a file, or a folder of files), in declaration order.
+#[derive(Debug, Clone, Default)]
+pub struct Manifest {
+    /// The tools.
+    pub tools: Vec<ToolSpec>,
+}
+
+impl Manifest {
+    /// The tool called `name`.
+    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
