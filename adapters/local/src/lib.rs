@@ -1,1 +1,45 @@
-//! placeholder
+//! The embedded engine: each tool call runs a command, detached from the server, with its
+//! record in a folder on disk. It is flowgate's default engine and needs nothing installed.
+//!
+//! The command is an argv from the manifest, never a shell line built from arguments. The
+//! call's arguments reach it as JSON on stdin, as `FLOWGATE_ARGS`, and one `FLOWGATE_ARG_<NAME>`
+//! per top-level argument. It runs in its own process group under a small `/bin/sh` supervisor
+//! (a fixed script; the argv is passed as positional parameters) that records the exit status,
+//! so a run outlives the server that started it and any server with the same state folder
+//! answers for it. The folder is the task store:
+//!
+//! | file | written by | meaning |
+//! |---|---|---|
+//! | `meta.json` | start | tool, argv, creation time, principal digest, boot id |
+//! | `input.json` | start | the arguments (the command's stdin) |
+//! | `pid` | start | the process group of the supervisor |
+//! | `stdout`, `stderr` | the command | the result, and the failure's tail |
+//! | `status` | the command (`flowgate status`) | the task's `statusMessage` |
+//! | `questions/<n>/question.json` | `flowgate ask` | an input request `q<n>` |
+//! | `questions/<n>/answer.json` | `respond` | its answer |
+//! | `exit` | the supervisor | the exit status: the run is over |
+//! | `cancelled` | `cancel` | cancelled (the process group is then signalled) |
+
+pub mod ask;
+mod config;
+mod engine;
+mod run_dir;
+
+pub use config::{LocalConfig, LocalTarget};
+pub use engine::LocalEngine;
+
+/// The engine kind manifests name: `engine: local`.
+pub const KIND: &str = "local";
+
+/// Registers the local engine under [`KIND`], with runs kept under `config.state_dir`.
+pub fn register(registry: &mut flowgate_core::Registry, config: LocalConfig) {
+    let shared = std::sync::Arc::new(config);
+    registry.register(
+        KIND,
+        Box::new(move |target, base_dir| {
+            let target = LocalTarget::from_manifest(target, base_dir)?;
+            Ok(std::sync::Arc::new(LocalEngine::new(shared.clone(), target))
+                as std::sync::Arc<dyn flowgate_core::Engine>)
+        }),
+    );
+}

@@ -1,0 +1,298 @@
+//! The [`Engine`] implementation over run folders.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use flowgate_core::{
+    Capabilities, Engine, EngineError, EngineFailure, ExecutionRecord, ExecutionRef,
+    ExecutionSummary, InputRequest, InputResponse, ListFilter, StartRequest, Started, TaskState,
+};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use crate::ask::{RUN_DIR_ENV, STATUS_FILE_ENV};
+use crate::run_dir::{Meta, RunDir, boot_id, write_atomic};
+use crate::{KIND, LocalConfig, LocalTarget};
+
+/// The supervisor: runs the argv given as positional parameters with the run's files as its
+/// standard streams, then records the exit status. Fixed text; nothing from a call enters it.
+const SUPERVISOR: &str = r#"d=$1; shift
+"$@" <"$d/input.json" >"$d/stdout" 2>"$d/stderr"
+c=$?
+printf '%s\n' "$c" >"$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit""#;
+
+/// How long a cancelled command gets between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(3);
+
+/// The local engine bound to one tool's command.
+#[derive(Debug, Clone)]
+pub struct LocalEngine {
+    config: Arc<LocalConfig>,
+    target: LocalTarget,
+}
+
+impl LocalEngine {
+    /// An engine that runs `target` with runs under `config.state_dir`.
+    pub fn new(config: Arc<LocalConfig>, target: LocalTarget) -> Self {
+        LocalEngine { config, target }
+    }
+
+    fn runs_dir(&self) -> PathBuf {
+        self.config.state_dir.join("runs")
+    }
+
+    /// The run folder of a reference, or not-found for anything that is not a run id this
+    /// engine could have made (so no reference can point outside the state folder).
+    fn run(&self, execution: &ExecutionRef) -> Result<RunDir, EngineError> {
+        let id = &execution.0;
+        let well_formed = (8..=64).contains(&id.len())
+            && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        let run = RunDir(self.runs_dir().join(id));
+        if well_formed && run.exists() { Ok(run) } else { Err(not_found(id)) }
+    }
+}
+
+fn not_found(what: &str) -> EngineError {
+    EngineError::NotFound { engine: KIND, what: what.chars().take(80).collect() }
+}
+
+fn io_error(what: &str, e: std::io::Error) -> EngineError {
+    EngineError::unavailable(KIND, what.to_owned(), e)
+}
+
+fn env_name(key: &str) -> String {
+    key.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+}
+
+fn to_utc(t: SystemTime) -> DateTime<Utc> {
+    DateTime::<Utc>::from(t)
+}
+
+/// Whether any process of the group is alive.
+fn group_alive(pgid: i32) -> bool {
+    !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
+}
+
+#[async_trait]
+impl Engine for LocalEngine {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
+        let created_at = Utc::now();
+        let id = format!("{:012x}-{:016x}", created_at.timestamp_millis(), rand::random::<u64>());
+        let run = RunDir(self.runs_dir().join(&id));
+        std::fs::create_dir_all(&run.0).map_err(|e| io_error("cannot create the run folder", e))?;
+        let meta = Meta {
+            tool: request.tool.clone(),
+            command: self.target.command.clone(),
+            created_at,
+            principal_digest: request.principal_digest.clone(),
+            boot_id: boot_id(),
+        };
+        let args = serde_json::to_vec(&request.arguments).unwrap_or_default();
+        std::fs::write(run.path("input.json"), &args)
+            .and_then(|()| write_atomic(&run.path("meta.json"), &serde_json::to_vec(&meta).unwrap_or_default()))
+            .map_err(|e| io_error("cannot write the run record", e))?;
+
+        let mut command = tokio::process::Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(SUPERVISOR)
+            .arg("flowgate-run")
+            .arg(&run.0)
+            .args(&self.target.command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(false)
+            .envs(&self.target.env)
+            .env(RUN_DIR_ENV, &run.0)
+            .env(STATUS_FILE_ENV, run.path("status"))
+            .env("FLOWGATE_TOOL", &request.tool)
+            .env("FLOWGATE_ARGS", String::from_utf8_lossy(&args).as_ref());
+        if let Some(dir) = &self.target.working_dir {
+            command.current_dir(dir);
+        }
+        if let Value::Object(map) = &request.arguments {
+            for (key, value) in map {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                if !text.contains('\0') {
+                    command.env(format!("FLOWGATE_ARG_{}", env_name(key)), text);
+                }
+            }
+        }
+        if let Some(bin) = &self.config.flowgate_bin {
+            command.env("FLOWGATE_BIN", bin);
+            if let Some(dir) = bin.parent() {
+                let path = std::env::var("PATH").unwrap_or_default();
+                command.env("PATH", format!("{}:{path}", dir.display()));
+            }
+        }
+        let mut child = command.spawn().map_err(|e| io_error("cannot start the command", e))?;
+        let pgid = child.id().unwrap_or_default();
+        write_atomic(&run.path("pid"), pgid.to_string().as_bytes())
+            .map_err(|e| io_error("cannot write the run record", e))?;
+        // Reap the supervisor when it ends; if this server stops first, init reaps it.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        Ok(Started { execution: ExecutionRef(id), created_at })
+    }
+
+    async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
+        let run = self.run(execution)?;
+        let meta = run.meta().map_err(|e| io_error("cannot read the run record", e))?;
+        let mut record = ExecutionRecord::new(TaskState::Working, "running", meta.created_at);
+        let files = ["status", "stdout", "stderr", "exit", "cancelled", "questions"];
+        let latest = files.iter().filter_map(|f| run.modified(f)).max();
+        record.updated_at = latest.map(to_utc).unwrap_or(meta.created_at).max(meta.created_at);
+        record.status_message = run.status_line();
+
+        let exit = run.exit_code();
+        let cancelled_at = run.modified("cancelled");
+        let finished_first = match (run.modified("exit"), cancelled_at) {
+            (Some(exit_at), Some(cancel_at)) => exit_at <= cancel_at,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if let (Some(code), true) = (exit, finished_first) {
+            if code == 0 {
+                record.state = TaskState::Completed;
+                record.engine_status = "exited 0".into();
+                record.output = Some(run.output());
+            } else {
+                record.state = TaskState::Failed;
+                record.engine_status = format!("exited {code}");
+                let error = if code > 128 {
+                    format!("killed by signal {}", code - 128)
+                } else {
+                    format!("exit status {code}")
+                };
+                let tail = run.stderr_tail();
+                record.failure = Some(EngineFailure { error, cause: (!tail.is_empty()).then_some(tail) });
+            }
+            return Ok(record);
+        }
+        if cancelled_at.is_some() {
+            record.state = TaskState::Cancelled;
+            record.engine_status = "cancelled".into();
+            return Ok(record);
+        }
+        let alive = meta.boot_id == boot_id() && run.pgid().is_some_and(group_alive);
+        if !alive && run.exit_code().is_none() {
+            record.state = TaskState::Failed;
+            record.engine_status = "vanished".into();
+            record.failure = Some(EngineFailure {
+                error: "the command ended without reporting an exit status".into(),
+                cause: Some("its process group was killed from outside flowgate, or the machine restarted".into()),
+            });
+            return Ok(record);
+        }
+        if !alive {
+            // The exit status landed between the two reads: read the record again.
+            return Box::pin(self.get(execution)).await;
+        }
+        let open: Vec<_> = run.questions().into_iter().filter(|(_, _, answered)| !answered).collect();
+        if !open.is_empty() {
+            record.state = TaskState::InputRequired;
+            record.engine_status = "waiting for input".into();
+            record.input_requests = open
+                .into_iter()
+                .map(|(n, q, _)| InputRequest {
+                    key: format!("q{n}"),
+                    message: q.message,
+                    requested_schema: q.requested_schema,
+                })
+                .collect();
+        }
+        Ok(record)
+    }
+
+    async fn respond(
+        &self,
+        execution: &ExecutionRef,
+        key: &str,
+        response: InputResponse,
+    ) -> Result<(), EngineError> {
+        let run = self.run(execution)?;
+        let n: u64 = key.strip_prefix('q').and_then(|n| n.parse().ok()).ok_or_else(|| not_found(key))?;
+        if run.exit_code().is_some() || run.modified("cancelled").is_some() {
+            return Err(not_found(key));
+        }
+        match run.answer(n, &response) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(not_found(key)),
+            Err(e) => Err(io_error("cannot record the answer", e)),
+        }
+    }
+
+    async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
+        let run = self.run(execution)?;
+        if run.exit_code().is_some() || run.modified("cancelled").is_some() {
+            return Ok(());
+        }
+        write_atomic(&run.path("cancelled"), Utc::now().to_rfc3339().as_bytes())
+            .map_err(|e| io_error("cannot record the cancel", e))?;
+        let Some(pgid) = run.pgid() else { return Ok(()) };
+        let group = Pid::from_raw(pgid);
+        let _ = killpg(group, Signal::SIGTERM);
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + KILL_GRACE;
+            while tokio::time::Instant::now() < deadline {
+                if !group_alive(pgid) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = killpg(group, Signal::SIGKILL);
+        });
+        Ok(())
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
+        let entries = match std::fs::read_dir(self.runs_dir()) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("cannot list runs", e)),
+        };
+        let mut ids: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let mut out = Vec::new();
+        for id in ids {
+            if out.len() >= filter.limit.unwrap_or(usize::MAX) {
+                break;
+            }
+            let execution = ExecutionRef(id);
+            let Ok(run) = self.run(&execution) else { continue };
+            let Ok(meta) = run.meta() else { continue };
+            if meta.command != self.target.command
+                || filter.principal_digest.as_ref().is_some_and(|p| *p != meta.principal_digest)
+            {
+                continue;
+            }
+            if let Ok(record) = self.get(&execution).await {
+                out.push(ExecutionSummary { execution, state: record.state, created_at: meta.created_at });
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+//! Local engine tests: the shared conformance suite (questions are covered end to end with the
+//! real `flowgate ask` in the binary's tests), plus what only this engine promises.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flowgate_core::conformance::{Case, Fixture, run_all};
+use flowgate_core::{Engine, ExecutionRef, StartRequest, TaskState};
+use serde_json::{Value, json};
+
+use super::*;
+
+fn engine(state: &std::path::Path, script: &str) -> LocalEngine {
+    let config = Arc::new(LocalConfig { state_dir: state.to_owned(), flowgate_bin: None });
+    let target = LocalTarget {
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: Default::default(),
+        working_dir: None,
+    };
+    LocalEngine::new(config, target)
+}
+
+fn case(state: &std::path::Path, script: &str) -> Case {
+    Case { engine: Arc::new(engine(state, script)), arguments: json!({"name": "it"}) }
+}
+
+async fn start(e: &LocalEngine, arguments: Value) -> ExecutionRef {
+    let request = StartRequest {
+        tool: "t".into(),
+        arguments,
+        principal_digest: "p".into(),
+        idempotency_key: None,
+    };
+    e.start(request).await.expect("start").execution
+}
+
+async fn wait_terminal(e: &LocalEngine, x: &ExecutionRef) -> flowgate_core::ExecutionRecord {
+    for _ in 0..200 {
+        let r = e.get(x).await.expect("get");
+        if r.state.is_terminal() {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not terminal in 10 s")
+}
+
+#[tokio::test]
+async fn local_engine_passes_the_conformance_suite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = dir.path();
+    let fixture = Fixture {
+        success: case(s, r#"echo '{"greeting": "hello '"$FLOWGATE_ARG_NAME"'"}'"#),
+        expected_output: json!({"greeting": "hello it"}),
+        failure: case(s, "echo working; echo 'disk full' >&2; exit 3"),
+        expected_failure: "disk full".into(),
+        slow: case(s, "sleep 60"),
+        asks: None,
+        answer: Value::Null,
+        timeout: Duration::from_secs(10),
+    };
+    run_all(&fixture).await;
+}
+
+#[tokio::test]
+async fn arguments_arrive_on_stdin_and_in_the_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), r#"cat; printf ' %s %s' "$FLOWGATE_ARG_COUNT" "$FLOWGATE_ARG_DRY_RUN""#);
+    let x = start(&e, json!({"count": 3, "dry-run": true, "evil": "$(touch /tmp/x); `id`"})).await;
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.state, TaskState::Completed);
+    let out = r.output.expect("output");
+    let text = out.as_str().expect("not JSON because of the suffix");
+    assert!(text.starts_with(r#"{"count":3,"dry-run":true,"evil":"$(touch /tmp/x); `id`"}"#), "{text}");
+    assert!(text.ends_with(" 3 true"), "{text}");
+}
+
+#[tokio::test]
+async fn status_lines_become_the_status_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), r#"echo "copying 2/5" > "$FLOWGATE_STATUS_FILE"; sleep 30"#);
+    let x = start(&e, json!({})).await;
+    let mut seen = None;
+    for _ in 0..100 {
+        seen = e.get(&x).await.expect("get").status_message;
+        if seen.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen.as_deref(), Some("copying 2/5"));
+    e.cancel(&x).await.expect("cancel");
+}
+
+#[tokio::test]
+async fn cancel_stops_the_whole_process_group() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A child that ignores SIGTERM, and a grandchild: both must go.
+    let e = engine(dir.path(), "trap '' TERM; (sleep 300 & sleep 300; wait) & sleep 300; wait");
+    let x = start(&e, json!({})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let run = e.run(&x).expect("run");
+    let pgid = run.pgid().expect("pgid");
+    assert!(group_alive(pgid));
+    e.cancel(&x).await.expect("cancel");
+    assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
+    let mut gone = false;
+    for _ in 0..100 {
+        if !group_alive(pgid) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "process group {pgid} still alive 10 s after cancel");
+    assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
+}
+
+#[tokio::test]
+async fn a_new_engine_on_the_same_state_folder_sees_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = engine(dir.path(), "sleep 1; echo done");
+    let x = start(&first, json!({})).await;
+    drop(first);
+    let second = engine(dir.path(), "unrelated");
+    let r = wait_terminal(&second, &x).await;
+    assert_eq!(r.output, Some(json!("done")));
+}
+
+#[tokio::test]
+async fn a_run_killed_from_outside_is_reported_not_left_working() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), "sleep 60");
+    let x = start(&e, json!({})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pgid = e.run(&x).expect("run").pgid().expect("pgid");
+    killpg(Pid::from_raw(pgid), Signal::SIGKILL).expect("kill");
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.state, TaskState::Failed, "{r:?}");
+    assert!(r.failure.expect("failure").error.contains("without reporting"));
+}
+
+#[tokio::test]
+async fn references_cannot_escape_the_state_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), "true");
+    for bad in ["../..", "..", "/etc", "runs/../../x", "0123456789abcdef/../x"] {
+        assert!(e.get(&ExecutionRef(bad.into())).await.expect_err(bad).is_not_found());
+    }
+}
+
+#[tokio::test]
+async fn questions_are_listed_answered_once_and_unknown_keys_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), "sleep 30");
+    let x = start(&e, json!({})).await;
+    let run = e.run(&x).expect("run");
+    let q = crate::run_dir::Question { message: "Ok?".into(), requested_schema: json!({"type": "object"}) };
+    assert_eq!(run.ask(&q).expect("ask"), 1);
+    assert_eq!(run.ask(&q).expect("ask"), 2);
+    let r = e.get(&x).await.expect("get");
+    assert_eq!(r.state, TaskState::InputRequired);
+    assert_eq!(r.input_requests.iter().map(|q| q.key.as_str()).collect::<Vec<_>>(), ["q1", "q2"]);
+    let yes = flowgate_core::InputResponse { action: flowgate_core::Action::Accept, content: Some(json!({})) };
+    e.respond(&x, "q2", yes.clone()).await.expect("answer q2");
+    assert!(e.respond(&x, "q2", yes.clone()).await.is_err(), "answered twice");
+    assert!(e.respond(&x, "q9", yes.clone()).await.is_err());
+    assert!(e.respond(&x, "../q1", yes.clone()).await.is_err());
+    let r = e.get(&x).await.expect("get");
+    assert_eq!(r.input_requests.iter().map(|q| q.key.as_str()).collect::<Vec<_>>(), ["q1"]);
+    e.cancel(&x).await.expect("cancel");
+    assert!(e.respond(&x, "q1", yes).await.is_err(), "no answers after cancel");
+}
