@@ -1,0 +1,147 @@
+//! `tools/call`: validate, start the execution, answer with a task or wait for the result.
+
+use std::time::Duration;
+
+use flowgate_core::handle::TaskHandle;
+use flowgate_core::wire::{self, Outcome};
+use flowgate_core::{StartRequest, Started};
+use flowgate_manifest::TaskSupport;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
+    CreateTaskResult, ErrorCode, ProtocolVersion, Task, TaskStatus,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::Value;
+
+use crate::errors::tool_error;
+use crate::retry::retrying;
+use crate::{FlowgateServer, ToolEntry, principal};
+
+/// The longest a synchronous wait sleeps between polls, whatever the tool's poll interval.
+const SYNC_POLL_CAP: Duration = Duration::from_millis(250);
+
+/// Whether this request may get a `CreateTaskResult`: it declared the tasks extension and
+/// speaks 2026-07-28 (older protocol versions never get tasks from this server).
+fn takes_tasks(ctx: &RequestContext<RoleServer>) -> bool {
+    let modern = ctx
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+    modern && ctx.client_capabilities().is_some_and(|c| c.supports_tasks())
+}
+
+impl FlowgateServer {
+    pub(crate) async fn call(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(entry) = self.inner.tools.get(&request.name) else {
+            return Err(ErrorData::invalid_params(format!("unknown tool: {}", request.name), None));
+        };
+        let as_task = takes_tasks(&ctx);
+        if entry.spec.task == TaskSupport::Required && !as_task {
+            return Err(ErrorData::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            ));
+        }
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        if let Err(problems) = entry.spec.validate_arguments(&arguments) {
+            let text = format!("{}: invalid arguments:\n- {}", entry.spec.name, problems.join("\n- "));
+            return Ok(CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text)])));
+        }
+        let principal = principal::of(&ctx);
+        let start = StartRequest {
+            tool: entry.spec.name.clone(),
+            arguments,
+            principal_digest: principal::digest(&principal),
+            idempotency_key: None,
+        };
+        let started = match retrying(|| entry.engine.start(start.clone())).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(tool = %entry.spec.name, error = %e, "start failed");
+                return Ok(CallToolResponse::Complete(tool_error(&entry.spec.name, &e)));
+            }
+        };
+        tracing::info!(tool = %entry.spec.name, execution = %started.execution, as_task, "started");
+        if as_task && entry.spec.task != TaskSupport::Forbidden {
+            return Ok(CallToolResponse::Task(self.created(entry, &started, &principal)));
+        }
+        self.wait_for_result(entry, &started).await.map(CallToolResponse::Complete)
+    }
+
+    fn created(&self, entry: &ToolEntry, started: &Started, principal: &str) -> CreateTaskResult {
+        let handle = TaskHandle {
+            engine: entry.engine.kind().to_owned(),
+            tool: entry.spec.name.clone(),
+            execution: started.execution.clone(),
+            created_at: started.created_at,
+        };
+        let id = self.inner.keys.seal(&handle, principal);
+        let at = started.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let mut task = Task::new(id, TaskStatus::Working, at.clone(), at)
+            .with_poll_interval_ms(entry.spec.poll_interval_ms)
+            .with_status_message("Started");
+        if let Some(ttl) = entry.spec.ttl_ms {
+            task = task.with_ttl_ms(ttl);
+        }
+        CreateTaskResult::new(task)
+    }
+
+    /// The synchronous answer for clients that cannot take a task: poll until the execution
+    /// ends or the configured wait runs out (then stop it, so nothing runs unobserved).
+    async fn wait_for_result(&self, entry: &ToolEntry, started: &Started) -> Result<CallToolResult, ErrorData> {
+        let how = entry.spec.presentation();
+        let deadline = tokio::time::Instant::now() + self.inner.options.sync_wait;
+        let interval = Duration::from_millis(how.poll_interval_ms).min(SYNC_POLL_CAP);
+        let name = &entry.spec.name;
+        loop {
+            let record = match retrying(|| entry.engine.get(&started.execution)).await {
+                Ok(r) => r,
+                Err(e) if e.is_retryable() => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Ok(tool_error(name, &e));
+                    }
+                    tokio::time::sleep(interval).await;
+                    continue;
+                }
+                Err(e) => return Ok(tool_error(name, &e)),
+            };
+            let give_up = match wire::outcome(&record, &how) {
+                Outcome::Completed(result) => return Ok(to_call_tool_result(result)),
+                Outcome::Failed(e) => {
+                    return Err(ErrorData::new(ErrorCode(e.code as i32), e.message, e.data));
+                }
+                Outcome::Cancelled => {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "{name}: the execution was cancelled before it finished"
+                    ))]));
+                }
+                Outcome::InputRequired(_) => Some(
+                    "the workflow asked a question, and answering needs a client that supports MCP tasks",
+                ),
+                Outcome::Working if tokio::time::Instant::now() >= deadline => {
+                    Some("the workflow did not finish within the synchronous wait")
+                }
+                Outcome::Working => None,
+            };
+            if let Some(reason) = give_up {
+                let _ = entry.engine.cancel(&started.execution).await;
+                let waited = self.inner.options.sync_wait.as_secs();
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "{name}: {reason} ({waited} s), so it was stopped. Call it from a client that \
+                     supports the MCP tasks extension to run it in the background."
+                ))]));
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+}
+
+/// The core's `CallToolResult` JSON as rmcp's type.
+pub(crate) fn to_call_tool_result(result: Value) -> CallToolResult {
+    serde_json::from_value(result).unwrap_or_else(|e| {
+        CallToolResult::error(vec![ContentBlock::text(format!("flowgate built an invalid result: {e}"))])
+    })
+}

@@ -1,0 +1,136 @@
+//! `tasks/get`, `tasks/update`, `tasks/cancel`: open the handle, ask the engine.
+
+use flowgate_core::handle::TaskHandle;
+use flowgate_core::wire::{self, Outcome, WireTask};
+use flowgate_core::InputResponse;
+use rmcp::model::{
+    DetailedTask, GetTaskResult, InputRequests, InputResponses, Task, TaskPayload, TaskStatus,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::json;
+
+use crate::errors::{rpc_error, task_not_found};
+use crate::retry::retrying;
+use crate::{FlowgateServer, ToolEntry, principal};
+
+impl FlowgateServer {
+    /// Opens a task id for this request's principal and finds its tool. Every failure is the
+    /// same "task not found".
+    fn open(&self, task_id: &str, ctx: &RequestContext<RoleServer>) -> Result<(TaskHandle, &ToolEntry), ErrorData> {
+        let handle = self.inner.keys.open(task_id, &principal::of(ctx)).map_err(|e| {
+            tracing::info!(reason = %e, "task handle refused");
+            task_not_found()
+        })?;
+        let entry = self
+            .inner
+            .tools
+            .get(&handle.tool)
+            .filter(|e| e.engine.kind() == handle.engine)
+            .ok_or_else(task_not_found)?;
+        Ok((handle, entry))
+    }
+
+    pub(crate) async fn task_get(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let (handle, entry) = self.open(task_id, ctx)?;
+        let how = entry.spec.presentation();
+        let wire = match retrying(|| entry.engine.get(&handle.execution)).await {
+            Ok(record) => wire::project(&record, &how),
+            Err(e) if e.is_retryable() => {
+                // The engine holds the task; it is unreachable right now, not lost. Report that
+                // on the task and ask the client to come back later.
+                tracing::warn!(tool = %entry.spec.name, error = %e, "engine unreachable on tasks/get");
+                let at = handle.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                WireTask {
+                    status_message: Some(format!("The engine is unreachable ({e}); the task is kept and will be checked again")),
+                    created_at: at.clone(),
+                    last_updated_at: at,
+                    ttl_ms: how.ttl_ms,
+                    poll_interval_ms: how.poll_interval_ms.saturating_mul(4),
+                    outcome: Outcome::Working,
+                }
+            }
+            Err(e) => return Err(rpc_error(&entry.spec.name, &e)),
+        };
+        Ok(GetTaskResult::new(detailed(task_id, wire)))
+    }
+
+    pub(crate) async fn task_update(
+        &self,
+        task_id: &str,
+        responses: InputResponses,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (handle, entry) = self.open(task_id, ctx)?;
+        for (key, value) in responses {
+            let Ok(response) = serde_json::from_value::<InputResponse>(value) else {
+                return Err(ErrorData::invalid_params(
+                    format!("inputResponses.{key} is not an elicitation result ({{action, content}})"),
+                    None,
+                ));
+            };
+            match retrying(|| entry.engine.respond(&handle.execution, &key, response.clone())).await {
+                Ok(()) => {}
+                // Responses to keys that are not outstanding are ignored, as the extension asks.
+                Err(e) if e.is_not_found() => {
+                    tracing::debug!(key, "ignored a response to a key that is not outstanding");
+                }
+                Err(e) => return Err(rpc_error(&entry.spec.name, &e)),
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn task_cancel(&self, task_id: &str, ctx: &RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        let (handle, entry) = self.open(task_id, ctx)?;
+        retrying(|| entry.engine.cancel(&handle.execution))
+            .await
+            .map_err(|e| rpc_error(&entry.spec.name, &e))?;
+        tracing::info!(tool = %entry.spec.name, execution = %handle.execution, "cancel requested");
+        Ok(())
+    }
+}
+
+/// Builds rmcp's `DetailedTask` from the core's projection.
+fn detailed(task_id: &str, wire: WireTask) -> DetailedTask {
+    let (status, payload) = match wire.outcome {
+        Outcome::Working => (TaskStatus::Working, TaskPayload::Working),
+        Outcome::InputRequired(map) => {
+            let input_requests: InputRequests = serde_json::from_value(serde_json::Value::Object(map))
+                .unwrap_or_default();
+            (TaskStatus::InputRequired, TaskPayload::InputRequired { input_requests })
+        }
+        Outcome::Completed(result) => {
+            let result = match result {
+                serde_json::Value::Object(map) => map,
+                _ => Default::default(),
+            };
+            (TaskStatus::Completed, TaskPayload::Completed { result })
+        }
+        Outcome::Failed(e) => {
+            let mut error = json!({"code": e.code, "message": e.message});
+            if let Some(data) = e.data {
+                error["data"] = data;
+            }
+            let error = match error {
+                serde_json::Value::Object(map) => map,
+                _ => Default::default(),
+            };
+            (TaskStatus::Failed, TaskPayload::Failed { error })
+        }
+        Outcome::Cancelled => (TaskStatus::Cancelled, TaskPayload::Cancelled),
+    };
+    let mut task = Task::new(task_id, status, wire.created_at, wire.last_updated_at)
+        .with_poll_interval_ms(wire.poll_interval_ms);
+    if let Some(ttl) = wire.ttl_ms {
+        task = task.with_ttl_ms(ttl);
+    }
+    if let Some(message) = wire.status_message {
+        task = task.with_status_message(message);
+    }
+    DetailedTask::new(task, payload)
+}

@@ -1,0 +1,66 @@
+//! Manifest tools bound to their engines.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use flowgate_core::{Engine, Registry};
+use flowgate_manifest::{Manifest, ManifestError, ToolSpec};
+use rmcp::model::Tool;
+
+/// One tool: its spec, its engine, and its MCP description.
+#[derive(Debug, Clone)]
+pub struct ToolEntry {
+    /// The manifest entry.
+    pub spec: ToolSpec,
+    /// The engine bound to the tool's target.
+    pub engine: Arc<dyn Engine>,
+    /// What `tools/list` shows.
+    pub tool: Tool,
+}
+
+/// Every tool the server offers, in manifest order.
+#[derive(Debug, Clone, Default)]
+pub struct ToolSet {
+    entries: Vec<ToolEntry>,
+    by_name: HashMap<String, usize>,
+}
+
+impl ToolSet {
+    /// Binds each manifest tool to an engine from `registry`.
+    ///
+    /// # Errors
+    /// One located error per tool whose engine is unknown or whose target the engine refuses.
+    pub fn build(manifest: &Manifest, registry: &Registry) -> Result<Self, Vec<ManifestError>> {
+        let mut set = ToolSet::default();
+        let mut errors = Vec::new();
+        for spec in &manifest.tools {
+            let base = spec.location.file.parent().map(ToOwned::to_owned).unwrap_or_default();
+            match registry.build(&spec.target.engine, &spec.target.config, &base) {
+                Ok(engine) => {
+                    let mut tool = Tool::new(
+                        spec.name.clone(),
+                        spec.description.clone(),
+                        Arc::new(spec.input_schema.clone()),
+                    );
+                    if let Some(out) = &spec.output_schema {
+                        tool = tool.with_raw_output_schema(Arc::new(out.clone()));
+                    }
+                    set.by_name.insert(spec.name.clone(), set.entries.len());
+                    set.entries.push(ToolEntry { spec: spec.clone(), engine, tool });
+                }
+                Err(message) => errors.push(spec.target.location.error(message)),
+            }
+        }
+        if errors.is_empty() { Ok(set) } else { Err(errors) }
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&ToolEntry> {
+        self.by_name.get(name).map(|&i| &self.entries[i])
+    }
+
+    /// All tools, in manifest order.
+    pub fn iter(&self) -> impl Iterator<Item = &ToolEntry> {
+        self.entries.iter()
+    }
+}

@@ -1,0 +1,79 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Workflow executions as MCP tools whose calls run as MCP tasks.
+#[derive(Debug, Parser)]
+#[command(name = "flowgate", version)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Serve the tools of a manifest over MCP (HTTP by default, or stdio).
+    Serve(ServeArgs),
+    /// Validate a manifest (a file or a folder) and exit non-zero on any error.
+    Check {
+        /// The manifest file or folder.
+        manifest: PathBuf,
+    },
+    /// List the tools a manifest declares.
+    Tools {
+        /// The manifest file or folder.
+        manifest: PathBuf,
+    },
+    /// Inside a local-engine command: ask the client a question and print the answer (JSON).
+    Ask(AskArgs),
+    /// Inside a local-engine command: set the task's status message.
+    Status {
+        /// The message.
+        #[arg(required = true)]
+        message: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The manifest file or folder; the bundled example when absent.
+    #[arg(long, short, env = "FLOWGATE_MANIFEST")]
+    pub(crate) manifest: Option<PathBuf>,
+    /// The HTTP listen address.
+    #[arg(long, env = "FLOWGATE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub(crate) listen: String,
+    /// Serve over stdin/stdout instead of HTTP.
+    #[arg(long)]
+    pub(crate) stdio: bool,
+    /// Host names the HTTP `Host` header may carry besides loopback (repeatable, or comma
+    /// separated); `*` turns the check off.
+    #[arg(long = "allowed-host", env = "FLOWGATE_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub(crate) allowed_hosts: Vec<String>,
+    /// Where the local engine keeps its runs.
+    #[arg(long, env = "FLOWGATE_STATE_DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+    /// Seconds a call waits for its result when the client cannot take a task.
+    #[arg(long, env = "FLOWGATE_SYNC_WAIT_SECS", default_value_t = 60)]
+    pub(crate) sync_wait_secs: u64,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AskArgs {
+    /// The question.
+    #[arg(long, short)]
+    pub(crate) message: String,
+    /// The JSON Schema (an object with flat properties) of the answer's form.
+    #[arg(long, conflicts_with = "confirm")]
+    pub(crate) schema: Option<String>,
+    /// Ask a yes/no question (the answer's `confirm` field).
+    #[arg(long)]
+    pub(crate) confirm: bool,
+    /// Print only this field of the answer (strings without quotes).
+    #[arg(long)]
+    pub(crate) field: Option<String>,
+    /// Give up after this many seconds (exit 5).
+    #[arg(long)]
+    pub(crate) timeout_secs: Option<u64>,
+}

@@ -1,0 +1,85 @@
+//! Loading a manifest and binding it to the engines this build has.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use flowgate_core::Registry;
+use flowgate_manifest::{Manifest, ManifestError};
+use flowgate_server::ToolSet;
+
+/// The bundled example manifest, served when no manifest is given.
+pub(crate) const BUNDLED_MANIFEST: &str = include_str!("../../../examples/flowgate.yaml");
+
+/// Every engine this build was compiled with.
+pub(crate) fn registry(state_dir: &Path) -> Registry {
+    let mut registry = Registry::new();
+    #[cfg(feature = "local")]
+    flowgate_local::register(
+        &mut registry,
+        flowgate_local::LocalConfig {
+            state_dir: state_dir.to_owned(),
+            flowgate_bin: std::env::current_exe().ok(),
+        },
+    );
+    let _ = state_dir;
+    registry
+}
+
+/// The local engine's state folder: the given one, else `$XDG_STATE_HOME/flowgate`, else
+/// `~/.local/state/flowgate`, else a folder under the temporary folder.
+pub(crate) fn state_dir(given: Option<PathBuf>) -> PathBuf {
+    given
+        .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("flowgate")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/flowgate")))
+        .unwrap_or_else(|| std::env::temp_dir().join("flowgate-state"))
+}
+
+/// Loads `path`, or the bundled example when `None`.
+pub(crate) fn load(path: Option<&Path>) -> Result<Manifest, Vec<ManifestError>> {
+    match path {
+        Some(p) => flowgate_manifest::load_path(p),
+        // The bundled tools use no relative paths; their working folder is the temp folder.
+        None => flowgate_manifest::parse_str(BUNDLED_MANIFEST, &std::env::temp_dir().join("flowgate-bundled.yaml")),
+    }
+}
+
+/// Loads and binds a manifest, printing every error.
+pub(crate) fn tool_set(path: Option<&Path>, registry: &Registry) -> Option<ToolSet> {
+    let result = load(path).and_then(|m| ToolSet::build(&m, registry));
+    match result {
+        Ok(set) => Some(set),
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{e}");
+            }
+            eprintln!("{} error(s) in the manifest", errors.len());
+            None
+        }
+    }
+}
+
+pub(crate) fn check(path: &Path) -> ExitCode {
+    let registry = registry(&state_dir(None));
+    match tool_set(Some(path), &registry) {
+        Some(set) => {
+            println!("{}: {} tool(s), ok", path.display(), set.iter().count());
+            ExitCode::SUCCESS
+        }
+        None => ExitCode::FAILURE,
+    }
+}
+
+pub(crate) fn tools(path: &Path) -> ExitCode {
+    let registry = registry(&state_dir(None));
+    let Some(set) = tool_set(Some(path), &registry) else { return ExitCode::FAILURE };
+    for entry in set.iter() {
+        let task = match entry.spec.task {
+            flowgate_manifest::TaskSupport::Required => "task required",
+            flowgate_manifest::TaskSupport::Optional => "task optional",
+            flowgate_manifest::TaskSupport::Forbidden => "synchronous",
+        };
+        let summary = entry.spec.description.lines().next().unwrap_or("");
+        println!("{:<24} {:<14} {:<6} {summary}", entry.spec.name, task, entry.spec.target.engine);
+    }
+    ExitCode::SUCCESS
+}
