@@ -26,7 +26,9 @@ pub fn default_schema() -> Value {
 #[derive(Debug, thiserror::Error)]
 pub enum AskError {
     /// Not running under the local engine.
-    #[error("{RUN_DIR_ENV} is not set: `flowgate ask` works only inside a command the local engine runs")]
+    #[error(
+        "{RUN_DIR_ENV} is not set: `flowgate ask` works only inside a command the local engine runs"
+    )]
     NoRunDir,
     /// The question could not be written or read.
     #[error("cannot ask: {0}")]
@@ -47,7 +49,9 @@ pub enum AskError {
 /// # Errors
 /// [`AskError::NoRunDir`] outside a local-engine command.
 pub fn run_dir_from_env() -> Result<PathBuf, AskError> {
-    std::env::var_os(RUN_DIR_ENV).map(PathBuf::from).ok_or(AskError::NoRunDir)
+    std::env::var_os(RUN_DIR_ENV)
+        .map(PathBuf::from)
+        .ok_or(AskError::NoRunDir)
 }
 
 /// Asks `message` with `schema` in the run at `run_dir`, waits for the answer, and returns the
@@ -55,9 +59,17 @@ pub fn run_dir_from_env() -> Result<PathBuf, AskError> {
 ///
 /// # Errors
 /// Declined, cancelled, timed out, or the run folder is unusable.
-pub fn ask(run_dir: PathBuf, message: &str, schema: Value, timeout: Option<Duration>) -> Result<Value, AskError> {
+pub fn ask(
+    run_dir: PathBuf,
+    message: &str,
+    schema: Value,
+    timeout: Option<Duration>,
+) -> Result<Value, AskError> {
     let run = RunDir(run_dir);
-    let n = run.ask(&Question { message: message.to_owned(), requested_schema: schema })?;
+    let n = run.ask(&Question {
+        message: message.to_owned(),
+        requested_schema: schema,
+    })?;
     let started = Instant::now();
     loop {
         if let Some(InputResponse { action, content }) = run.read_answer(n) {

@@ -51,15 +51,22 @@ impl LocalEngine {
     /// engine could have made (so no reference can point outside the state folder).
     fn run(&self, execution: &ExecutionRef) -> Result<RunDir, EngineError> {
         let id = &execution.0;
-        let well_formed = (8..=64).contains(&id.len())
-            && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        let well_formed =
+            (8..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
         let run = RunDir(self.runs_dir().join(id));
-        if well_formed && run.exists() { Ok(run) } else { Err(not_found(id)) }
+        if well_formed && run.exists() {
+            Ok(run)
+        } else {
+            Err(not_found(id))
+        }
     }
 }
 
 fn not_found(what: &str) -> EngineError {
-    EngineError::NotFound { engine: KIND, what: what.chars().take(80).collect() }
+    EngineError::NotFound {
+        engine: KIND,
+        what: what.chars().take(80).collect(),
+    }
 }
 
 fn io_error(what: &str, e: std::io::Error) -> EngineError {
@@ -67,7 +74,15 @@ fn io_error(what: &str, e: std::io::Error) -> EngineError {
 }
 
 fn env_name(key: &str) -> String {
-    key.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+    key.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn to_utc(t: SystemTime) -> DateTime<Utc> {
@@ -91,7 +106,11 @@ impl Engine for LocalEngine {
 
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
         let created_at = Utc::now();
-        let id = format!("{:012x}-{:016x}", created_at.timestamp_millis(), rand::random::<u64>());
+        let id = format!(
+            "{:012x}-{:016x}",
+            created_at.timestamp_millis(),
+            rand::random::<u64>()
+        );
         let run = RunDir(self.runs_dir().join(&id));
         std::fs::create_dir_all(&run.0).map_err(|e| io_error("cannot create the run folder", e))?;
         let meta = Meta {
@@ -103,7 +122,12 @@ impl Engine for LocalEngine {
         };
         let args = serde_json::to_vec(&request.arguments).unwrap_or_default();
         std::fs::write(run.path("input.json"), &args)
-            .and_then(|()| write_atomic(&run.path("meta.json"), &serde_json::to_vec(&meta).unwrap_or_default()))
+            .and_then(|()| {
+                write_atomic(
+                    &run.path("meta.json"),
+                    &serde_json::to_vec(&meta).unwrap_or_default(),
+                )
+            })
             .map_err(|e| io_error("cannot write the run record", e))?;
 
         let mut command = tokio::process::Command::new("/bin/sh");
@@ -144,7 +168,9 @@ impl Engine for LocalEngine {
                 command.env("PATH", format!("{}:{path}", dir.display()));
             }
         }
-        let mut child = command.spawn().map_err(|e| io_error("cannot start the command", e))?;
+        let mut child = command
+            .spawn()
+            .map_err(|e| io_error("cannot start the command", e))?;
         let pgid = child.id().unwrap_or_default();
         write_atomic(&run.path("pid"), pgid.to_string().as_bytes())
             .map_err(|e| io_error("cannot write the run record", e))?;
@@ -152,16 +178,31 @@ impl Engine for LocalEngine {
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
-        Ok(Started { execution: ExecutionRef(id), created_at })
+        Ok(Started {
+            execution: ExecutionRef(id),
+            created_at,
+        })
     }
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         let run = self.run(execution)?;
-        let meta = run.meta().map_err(|e| io_error("cannot read the run record", e))?;
+        let meta = run
+            .meta()
+            .map_err(|e| io_error("cannot read the run record", e))?;
         let mut record = ExecutionRecord::new(TaskState::Working, "running", meta.created_at);
-        let files = ["status", "stdout", "stderr", "exit", "cancelled", "questions"];
+        let files = [
+            "status",
+            "stdout",
+            "stderr",
+            "exit",
+            "cancelled",
+            "questions",
+        ];
         let latest = files.iter().filter_map(|f| run.modified(f)).max();
-        record.updated_at = latest.map(to_utc).unwrap_or(meta.created_at).max(meta.created_at);
+        record.updated_at = latest
+            .map(to_utc)
+            .unwrap_or(meta.created_at)
+            .max(meta.created_at);
         record.status_message = run.status_line();
 
         let exit = run.exit_code();
@@ -185,7 +226,10 @@ impl Engine for LocalEngine {
                     format!("exit status {code}")
                 };
                 let tail = run.stderr_tail();
-                record.failure = Some(EngineFailure { error, cause: (!tail.is_empty()).then_some(tail) });
+                record.failure = Some(EngineFailure {
+                    error,
+                    cause: (!tail.is_empty()).then_some(tail),
+                });
             }
             return Ok(record);
         }
@@ -200,7 +244,10 @@ impl Engine for LocalEngine {
             record.engine_status = "vanished".into();
             record.failure = Some(EngineFailure {
                 error: "the command ended without reporting an exit status".into(),
-                cause: Some("its process group was killed from outside flowgate, or the machine restarted".into()),
+                cause: Some(
+                    "its process group was killed from outside flowgate, or the machine restarted"
+                        .into(),
+                ),
             });
             return Ok(record);
         }
@@ -208,7 +255,11 @@ impl Engine for LocalEngine {
             // The exit status landed between the two reads: read the record again.
             return Box::pin(self.get(execution)).await;
         }
-        let open: Vec<_> = run.questions().into_iter().filter(|(_, _, answered)| !answered).collect();
+        let open: Vec<_> = run
+            .questions()
+            .into_iter()
+            .filter(|(_, _, answered)| !answered)
+            .collect();
         if !open.is_empty() {
             record.state = TaskState::InputRequired;
             record.engine_status = "waiting for input".into();
@@ -231,7 +282,10 @@ impl Engine for LocalEngine {
         response: InputResponse,
     ) -> Result<(), EngineError> {
         let run = self.run(execution)?;
-        let n: u64 = key.strip_prefix('q').and_then(|n| n.parse().ok()).ok_or_else(|| not_found(key))?;
+        let n: u64 = key
+            .strip_prefix('q')
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| not_found(key))?;
         if run.exit_code().is_some() || run.modified("cancelled").is_some() {
             return Err(not_found(key));
         }
@@ -249,7 +303,9 @@ impl Engine for LocalEngine {
         }
         write_atomic(&run.path("cancelled"), Utc::now().to_rfc3339().as_bytes())
             .map_err(|e| io_error("cannot record the cancel", e))?;
-        let Some(pgid) = run.pgid() else { return Ok(()) };
+        let Some(pgid) = run.pgid() else {
+            return Ok(());
+        };
         let group = Pid::from_raw(pgid);
         let _ = killpg(group, Signal::SIGTERM);
         tokio::spawn(async move {
@@ -271,7 +327,9 @@ impl Engine for LocalEngine {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_error("cannot list runs", e)),
         };
-        let mut ids: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        let mut ids: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
         ids.sort_unstable_by(|a, b| b.cmp(a));
         let mut out = Vec::new();
         for id in ids {
@@ -279,15 +337,24 @@ impl Engine for LocalEngine {
                 break;
             }
             let execution = ExecutionRef(id);
-            let Ok(run) = self.run(&execution) else { continue };
+            let Ok(run) = self.run(&execution) else {
+                continue;
+            };
             let Ok(meta) = run.meta() else { continue };
             if meta.command != self.target.command
-                || filter.principal_digest.as_ref().is_some_and(|p| *p != meta.principal_digest)
+                || filter
+                    .principal_digest
+                    .as_ref()
+                    .is_some_and(|p| *p != meta.principal_digest)
             {
                 continue;
             }
             if let Ok(record) = self.get(&execution).await {
-                out.push(ExecutionSummary { execution, state: record.state, created_at: meta.created_at });
+                out.push(ExecutionSummary {
+                    execution,
+                    state: record.state,
+                    created_at: meta.created_at,
+                });
             }
         }
         Ok(out)

@@ -38,8 +38,10 @@ pub fn register(registry: &mut flowgate_core::Registry, config: LocalConfig) {
         KIND,
         Box::new(move |target, base_dir| {
             let target = LocalTarget::from_manifest(target, base_dir)?;
-            Ok(std::sync::Arc::new(LocalEngine::new(shared.clone(), target))
-                as std::sync::Arc<dyn flowgate_core::Engine>)
+            Ok(
+                std::sync::Arc::new(LocalEngine::new(shared.clone(), target))
+                    as std::sync::Arc<dyn flowgate_core::Engine>,
+            )
         }),
     );
 }

@@ -44,7 +44,9 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 }
 
 pub(crate) fn boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_owned()).unwrap_or_default()
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
 }
 
 impl RunDir {
@@ -62,16 +64,26 @@ impl RunDir {
     }
 
     pub(crate) fn pgid(&self) -> Option<i32> {
-        fs::read_to_string(self.path("pid")).ok()?.trim().parse().ok()
+        fs::read_to_string(self.path("pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The exit status, once the supervisor has written it.
     pub(crate) fn exit_code(&self) -> Option<i32> {
-        fs::read_to_string(self.path("exit")).ok()?.trim().parse().ok()
+        fs::read_to_string(self.path("exit"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     pub(crate) fn modified(&self, name: &str) -> Option<SystemTime> {
-        fs::metadata(self.path(name)).and_then(|m| m.modified()).ok()
+        fs::metadata(self.path(name))
+            .and_then(|m| m.modified())
+            .ok()
     }
 
     /// The last non-empty line of the status file.
@@ -96,7 +108,9 @@ impl RunDir {
 
     /// The last few KiB of stderr.
     pub(crate) fn stderr_tail(&self) -> String {
-        let Ok(bytes) = fs::read(self.path("stderr")) else { return String::new() };
+        let Ok(bytes) = fs::read(self.path("stderr")) else {
+            return String::new();
+        };
         let start = bytes.len().saturating_sub(MAX_STDERR_TAIL as usize);
         String::from_utf8_lossy(&bytes[start..]).trim().to_owned()
     }
@@ -107,7 +121,9 @@ impl RunDir {
 
     /// Every question asked so far, by number, with whether it has been answered.
     pub(crate) fn questions(&self) -> Vec<(u64, Question, bool)> {
-        let Ok(entries) = fs::read_dir(self.questions_dir()) else { return Vec::new() };
+        let Ok(entries) = fs::read_dir(self.questions_dir()) else {
+            return Vec::new();
+        };
         let mut out: Vec<_> = entries
             .filter_map(Result::ok)
             .filter_map(|e| {
@@ -145,7 +161,11 @@ impl RunDir {
         if !dir.join("question.json").is_file() {
             return Ok(false);
         }
-        match fs::OpenOptions::new().write(true).create_new(true).open(dir.join("answer.lock")) {
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join("answer.lock"))
+        {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
             Err(e) => return Err(e),

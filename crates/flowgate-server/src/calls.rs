@@ -27,7 +27,10 @@ fn takes_tasks(ctx: &RequestContext<RoleServer>) -> bool {
     let modern = ctx
         .protocol_version()
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
-    modern && ctx.client_capabilities().is_some_and(|c| c.supports_tasks())
+    modern
+        && ctx
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
 }
 
 impl FlowgateServer {
@@ -37,7 +40,10 @@ impl FlowgateServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let Some(entry) = self.inner.tools.get(&request.name) else {
-            return Err(ErrorData::invalid_params(format!("unknown tool: {}", request.name), None));
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool: {}", request.name),
+                None,
+            ));
         };
         let as_task = takes_tasks(&ctx);
         if entry.spec.task == TaskSupport::Required && !as_task {
@@ -47,8 +53,14 @@ impl FlowgateServer {
         }
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         if let Err(problems) = entry.spec.validate_arguments(&arguments) {
-            let text = format!("{}: invalid arguments:\n- {}", entry.spec.name, problems.join("\n- "));
-            return Ok(CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text)])));
+            let text = format!(
+                "{}: invalid arguments:\n- {}",
+                entry.spec.name,
+                problems.join("\n- ")
+            );
+            return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                ContentBlock::text(text),
+            ])));
         }
         let principal = principal::of(&ctx);
         let start = StartRequest {
@@ -66,9 +78,13 @@ impl FlowgateServer {
         };
         tracing::info!(tool = %entry.spec.name, execution = %started.execution, as_task, "started");
         if as_task && entry.spec.task != TaskSupport::Forbidden {
-            return Ok(CallToolResponse::Task(self.created(entry, &started, &principal)));
+            return Ok(CallToolResponse::Task(
+                self.created(entry, &started, &principal),
+            ));
         }
-        self.wait_for_result(entry, &started).await.map(CallToolResponse::Complete)
+        self.wait_for_result(entry, &started)
+            .await
+            .map(CallToolResponse::Complete)
     }
 
     fn created(&self, entry: &ToolEntry, started: &Started, principal: &str) -> CreateTaskResult {
@@ -79,7 +95,9 @@ impl FlowgateServer {
             created_at: started.created_at,
         };
         let id = self.inner.keys.seal(&handle, principal);
-        let at = started.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let at = started
+            .created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let mut task = Task::new(id, TaskStatus::Working, at.clone(), at)
             .with_poll_interval_ms(entry.spec.poll_interval_ms)
             .with_status_message("Started");
@@ -91,7 +109,11 @@ impl FlowgateServer {
 
     /// The synchronous answer for clients that cannot take a task: poll until the execution
     /// ends or the configured wait runs out (then stop it, so nothing runs unobserved).
-    async fn wait_for_result(&self, entry: &ToolEntry, started: &Started) -> Result<CallToolResult, ErrorData> {
+    async fn wait_for_result(
+        &self,
+        entry: &ToolEntry,
+        started: &Started,
+    ) -> Result<CallToolResult, ErrorData> {
         let how = entry.spec.presentation();
         let deadline = tokio::time::Instant::now() + self.inner.options.sync_wait;
         let interval = Duration::from_millis(how.poll_interval_ms).min(SYNC_POLL_CAP);
@@ -142,6 +164,8 @@ impl FlowgateServer {
 /// The core's `CallToolResult` JSON as rmcp's type.
 pub(crate) fn to_call_tool_result(result: Value) -> CallToolResult {
     serde_json::from_value(result).unwrap_or_else(|e| {
-        CallToolResult::error(vec![ContentBlock::text(format!("flowgate built an invalid result: {e}"))])
+        CallToolResult::error(vec![ContentBlock::text(format!(
+            "flowgate built an invalid result: {e}"
+        ))])
     })
 }

@@ -15,14 +15,20 @@ pub(crate) fn task_not_found() -> ErrorData {
 pub(crate) fn tool_error(tool: &str, error: &EngineError) -> CallToolResult {
     let advice = match error {
         EngineError::InvalidInput { .. } => "Check the arguments and call again.",
-        EngineError::Denied { .. } => "flowgate's credentials may not start this workflow; tell an operator.",
+        EngineError::Denied { .. } => {
+            "flowgate's credentials may not start this workflow; tell an operator."
+        }
         EngineError::Throttled { .. } | EngineError::Unavailable { .. } => {
             "The engine is unreachable or busy right now; nothing was started. Try again later."
         }
-        EngineError::NotFound { .. } => "The workflow this tool names does not exist; tell an operator.",
+        EngineError::NotFound { .. } => {
+            "The workflow this tool names does not exist; tell an operator."
+        }
         _ => "Tell an operator.",
     };
-    CallToolResult::error(vec![ContentBlock::text(format!("{tool}: {error}. {advice}"))])
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "{tool}: {error}. {advice}"
+    ))])
 }
 
 /// A JSON-RPC error for engine failures outside a tool result (tasks/update, tasks/cancel).
@@ -38,18 +44,58 @@ mod tests {
     use super::*;
 
     fn text(r: &CallToolResult) -> String {
-        serde_json::to_value(r).expect("json")["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+        serde_json::to_value(r).expect("json")["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     #[test]
     fn every_kind_reads_as_an_actionable_tool_error() {
         let cases = [
-            (EngineError::InvalidInput { engine: "local", message: "bad".into() }, "arguments"),
-            (EngineError::Denied { engine: "local", message: "no".into() }, "credentials"),
-            (EngineError::Throttled { engine: "local", retry_after: None }, "nothing was started"),
-            (EngineError::Unavailable { engine: "local", message: "down".into(), source: None }, "Try again"),
-            (EngineError::NotFound { engine: "local", what: "m".into() }, "does not exist"),
-            (EngineError::Unsupported { engine: "local", operation: "start" }, "operator"),
+            (
+                EngineError::InvalidInput {
+                    engine: "local",
+                    message: "bad".into(),
+                },
+                "arguments",
+            ),
+            (
+                EngineError::Denied {
+                    engine: "local",
+                    message: "no".into(),
+                },
+                "credentials",
+            ),
+            (
+                EngineError::Throttled {
+                    engine: "local",
+                    retry_after: None,
+                },
+                "nothing was started",
+            ),
+            (
+                EngineError::Unavailable {
+                    engine: "local",
+                    message: "down".into(),
+                    source: None,
+                },
+                "Try again",
+            ),
+            (
+                EngineError::NotFound {
+                    engine: "local",
+                    what: "m".into(),
+                },
+                "does not exist",
+            ),
+            (
+                EngineError::Unsupported {
+                    engine: "local",
+                    operation: "start",
+                },
+                "operator",
+            ),
         ];
         for (error, hint) in cases {
             let r = tool_error("deploy", &error);
@@ -62,10 +108,22 @@ mod tests {
 
     #[test]
     fn not_found_is_invalid_params() {
-        let e = rpc_error("t", &EngineError::NotFound { engine: "x", what: "y".into() });
+        let e = rpc_error(
+            "t",
+            &EngineError::NotFound {
+                engine: "x",
+                what: "y".into(),
+            },
+        );
         assert_eq!(e.code.0, -32602);
         assert_eq!(e, task_not_found());
-        let e = rpc_error("t", &EngineError::Denied { engine: "x", message: "no".into() });
+        let e = rpc_error(
+            "t",
+            &EngineError::Denied {
+                engine: "x",
+                message: "no".into(),
+            },
+        );
         assert_eq!(e.code.0, -32603);
     }
 }

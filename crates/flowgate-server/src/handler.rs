@@ -23,7 +23,9 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { sync_wait: Duration::from_secs(60) }
+        ServerOptions {
+            sync_wait: Duration::from_secs(60),
+        }
     }
 }
 
@@ -44,7 +46,10 @@ pub(crate) struct Inner {
 impl FlowgateServer {
     /// A server offering `tools`, sealing task handles with `keys`.
     pub fn new(tools: ToolSet, keys: Keyring, options: ServerOptions) -> Self {
-        let capabilities = ServerCapabilities::builder().enable_tools().enable_tasks().build();
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build();
         let info = ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("flowgate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -52,7 +57,14 @@ impl FlowgateServer {
                  get a task at once: poll tasks/get, answer questions with tasks/update, stop it \
                  with tasks/cancel.",
             );
-        FlowgateServer { inner: Arc::new(Inner { tools, keys, options, info }) }
+        FlowgateServer {
+            inner: Arc::new(Inner {
+                tools,
+                keys,
+                options,
+                info,
+            }),
+        }
     }
 }
 
@@ -66,7 +78,9 @@ impl ServerHandler for FlowgateServer {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.inner.tools.iter().map(|t| t.tool.clone()).collect()))
+        Ok(ListToolsResult::with_all_items(
+            self.inner.tools.iter().map(|t| t.tool.clone()).collect(),
+        ))
     }
 
     async fn call_tool(
@@ -90,7 +104,8 @@ impl ServerHandler for FlowgateServer {
         request: UpdateTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.task_update(&request.task_id, request.input_responses, &ctx).await
+        self.task_update(&request.task_id, request.input_responses, &ctx)
+            .await
     }
 
     async fn cancel_task(

@@ -43,5 +43,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    Router::new().nest_service("/mcp", service).route("/healthz", get(|| async { "ok\n" }))
+    Router::new()
+        .nest_service("/mcp", service)
+        .route("/healthz", get(|| async { "ok\n" }))
 }

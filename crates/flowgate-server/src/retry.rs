@@ -23,7 +23,10 @@ where
         match call().await {
             Err(e) if e.is_retryable() && attempt < ATTEMPTS => {
                 let wait = match &e {
-                    EngineError::Throttled { retry_after: Some(after), .. } => (*after).min(MAX_DELAY),
+                    EngineError::Throttled {
+                        retry_after: Some(after),
+                        ..
+                    } => (*after).min(MAX_DELAY),
                     _ => delay,
                 };
                 tracing::debug!(error = %e, attempt, ?wait, "engine call failed; retrying");
@@ -46,7 +49,11 @@ mod tests {
         let calls = AtomicU32::new(0);
         let r: Result<(), _> = retrying(|| async {
             calls.fetch_add(1, Ordering::SeqCst);
-            Err(EngineError::Unavailable { engine: "x", message: "down".into(), source: None })
+            Err(EngineError::Unavailable {
+                engine: "x",
+                message: "down".into(),
+                source: None,
+            })
         })
         .await;
         assert!(r.is_err());
@@ -58,7 +65,10 @@ mod tests {
         let calls = AtomicU32::new(0);
         let r: Result<(), _> = retrying(|| async {
             calls.fetch_add(1, Ordering::SeqCst);
-            Err(EngineError::NotFound { engine: "x", what: "y".into() })
+            Err(EngineError::NotFound {
+                engine: "x",
+                what: "y".into(),
+            })
         })
         .await;
         assert!(r.is_err());
@@ -70,7 +80,10 @@ mod tests {
         let calls = AtomicU32::new(0);
         let r = retrying(|| async {
             if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                Err(EngineError::Throttled { engine: "x", retry_after: None })
+                Err(EngineError::Throttled {
+                    engine: "x",
+                    retry_after: None,
+                })
             } else {
                 Ok(7)
             }

@@ -1,8 +1,8 @@
 //! `tasks/get`, `tasks/update`, `tasks/cancel`: open the handle, ask the engine.
 
+use flowgate_core::InputResponse;
 use flowgate_core::handle::TaskHandle;
 use flowgate_core::wire::{self, Outcome, WireTask};
-use flowgate_core::InputResponse;
 use rmcp::model::{
     DetailedTask, GetTaskResult, InputRequests, InputResponses, Task, TaskPayload, TaskStatus,
 };
@@ -17,11 +17,19 @@ use crate::{FlowgateServer, ToolEntry, principal};
 impl FlowgateServer {
     /// Opens a task id for this request's principal and finds its tool. Every failure is the
     /// same "task not found".
-    fn open(&self, task_id: &str, ctx: &RequestContext<RoleServer>) -> Result<(TaskHandle, &ToolEntry), ErrorData> {
-        let handle = self.inner.keys.open(task_id, &principal::of(ctx)).map_err(|e| {
-            tracing::info!(reason = %e, "task handle refused");
-            task_not_found()
-        })?;
+    fn open(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(TaskHandle, &ToolEntry), ErrorData> {
+        let handle = self
+            .inner
+            .keys
+            .open(task_id, &principal::of(ctx))
+            .map_err(|e| {
+                tracing::info!(reason = %e, "task handle refused");
+                task_not_found()
+            })?;
         let entry = self
             .inner
             .tools
@@ -44,9 +52,13 @@ impl FlowgateServer {
                 // The engine holds the task; it is unreachable right now, not lost. Report that
                 // on the task and ask the client to come back later.
                 tracing::warn!(tool = %entry.spec.name, error = %e, "engine unreachable on tasks/get");
-                let at = handle.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                let at = handle
+                    .created_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
                 WireTask {
-                    status_message: Some(format!("The engine is unreachable ({e}); the task is kept and will be checked again")),
+                    status_message: Some(format!(
+                        "The engine is unreachable ({e}); the task is kept and will be checked again"
+                    )),
                     created_at: at.clone(),
                     last_updated_at: at,
                     ttl_ms: how.ttl_ms,
@@ -69,11 +81,19 @@ impl FlowgateServer {
         for (key, value) in responses {
             let Ok(response) = serde_json::from_value::<InputResponse>(value) else {
                 return Err(ErrorData::invalid_params(
-                    format!("inputResponses.{key} is not an elicitation result ({{action, content}})"),
+                    format!(
+                        "inputResponses.{key} is not an elicitation result ({{action, content}})"
+                    ),
                     None,
                 ));
             };
-            match retrying(|| entry.engine.respond(&handle.execution, &key, response.clone())).await {
+            match retrying(|| {
+                entry
+                    .engine
+                    .respond(&handle.execution, &key, response.clone())
+            })
+            .await
+            {
                 Ok(()) => {}
                 // Responses to keys that are not outstanding are ignored, as the extension asks.
                 Err(e) if e.is_not_found() => {
@@ -85,7 +105,11 @@ impl FlowgateServer {
         Ok(())
     }
 
-    pub(crate) async fn task_cancel(&self, task_id: &str, ctx: &RequestContext<RoleServer>) -> Result<(), ErrorData> {
+    pub(crate) async fn task_cancel(
+        &self,
+        task_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
         let (handle, entry) = self.open(task_id, ctx)?;
         retrying(|| entry.engine.cancel(&handle.execution))
             .await
@@ -100,9 +124,12 @@ fn detailed(task_id: &str, wire: WireTask) -> DetailedTask {
     let (status, payload) = match wire.outcome {
         Outcome::Working => (TaskStatus::Working, TaskPayload::Working),
         Outcome::InputRequired(map) => {
-            let input_requests: InputRequests = serde_json::from_value(serde_json::Value::Object(map))
-                .unwrap_or_default();
-            (TaskStatus::InputRequired, TaskPayload::InputRequired { input_requests })
+            let input_requests: InputRequests =
+                serde_json::from_value(serde_json::Value::Object(map)).unwrap_or_default();
+            (
+                TaskStatus::InputRequired,
+                TaskPayload::InputRequired { input_requests },
+            )
         }
         Outcome::Completed(result) => {
             let result = match result {

@@ -34,7 +34,12 @@ impl ToolSet {
         let mut set = ToolSet::default();
         let mut errors = Vec::new();
         for spec in &manifest.tools {
-            let base = spec.location.file.parent().map(ToOwned::to_owned).unwrap_or_default();
+            let base = spec
+                .location
+                .file
+                .parent()
+                .map(ToOwned::to_owned)
+                .unwrap_or_default();
             match registry.build(&spec.target.engine, &spec.target.config, &base) {
                 Ok(engine) => {
                     let mut tool = Tool::new(
@@ -46,12 +51,20 @@ impl ToolSet {
                         tool = tool.with_raw_output_schema(Arc::new(out.clone()));
                     }
                     set.by_name.insert(spec.name.clone(), set.entries.len());
-                    set.entries.push(ToolEntry { spec: spec.clone(), engine, tool });
+                    set.entries.push(ToolEntry {
+                        spec: spec.clone(),
+                        engine,
+                        tool,
+                    });
                 }
                 Err(message) => errors.push(spec.target.location.error(message)),
             }
         }
-        if errors.is_empty() { Ok(set) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(set)
+        } else {
+            Err(errors)
+        }
     }
 
     /// The tool called `name`.

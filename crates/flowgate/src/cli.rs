@@ -49,7 +49,11 @@ pub(crate) struct ServeArgs {
     pub(crate) stdio: bool,
     /// Host names the HTTP `Host` header may carry besides loopback (repeatable, or comma
     /// separated); `*` turns the check off.
-    #[arg(long = "allowed-host", env = "FLOWGATE_ALLOWED_HOSTS", value_delimiter = ',')]
+    #[arg(
+        long = "allowed-host",
+        env = "FLOWGATE_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
     pub(crate) allowed_hosts: Vec<String>,
     /// Where the local engine keeps its runs.
     #[arg(long, env = "FLOWGATE_STATE_DIR")]

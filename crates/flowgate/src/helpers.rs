@@ -17,7 +17,9 @@ pub(crate) fn ask(args: AskArgs) -> ExitCode {
     } else if let Some(text) = &args.schema {
         match serde_json::from_str::<Value>(text) {
             Ok(v) if v.get("type").and_then(Value::as_str) == Some("object") => v,
-            Ok(_) => return usage("--schema must be a JSON Schema object with \"type\": \"object\""),
+            Ok(_) => {
+                return usage("--schema must be a JSON Schema object with \"type\": \"object\"");
+            }
             Err(e) => return usage(&format!("--schema is not JSON: {e}")),
         }
     } else {
@@ -27,7 +29,12 @@ pub(crate) fn ask(args: AskArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return usage(&e.to_string()),
     };
-    match ask::ask(run_dir, &args.message, schema, args.timeout_secs.map(Duration::from_secs)) {
+    match ask::ask(
+        run_dir,
+        &args.message,
+        schema,
+        args.timeout_secs.map(Duration::from_secs),
+    ) {
         Ok(answer) => {
             let shown = match &args.field {
                 Some(field) => match answer.get(field) {

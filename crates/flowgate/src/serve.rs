@@ -16,7 +16,10 @@ const KEYS_ENV: &str = "FLOWGATE_HANDLE_KEYS";
 
 pub(crate) fn run(args: ServeArgs) -> ExitCode {
     init_logging(args.stdio);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("flowgate: cannot start the runtime: {e}");
@@ -31,7 +34,11 @@ fn init_logging(stdio: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // stdout is the MCP stream in stdio mode; logs always go to stderr.
     let _ = stdio;
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init().ok();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init()
+        .ok();
 }
 
 fn keyring() -> Result<Keyring, String> {
@@ -61,7 +68,9 @@ async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let options = ServerOptions { sync_wait: Duration::from_secs(args.sync_wait_secs) };
+    let options = ServerOptions {
+        sync_wait: Duration::from_secs(args.sync_wait_secs),
+    };
     let tool_count = tools.iter().count();
     let server = FlowgateServer::new(tools, keys, options);
     if args.stdio {
@@ -82,8 +91,17 @@ async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let shutdown = CancellationToken::new();
-    let app = router(server, HttpOptions { allowed_hosts: args.allowed_hosts, shutdown: shutdown.clone() });
-    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or(args.listen);
+    let app = router(
+        server,
+        HttpOptions {
+            allowed_hosts: args.allowed_hosts,
+            shutdown: shutdown.clone(),
+        },
+    );
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or(args.listen);
     tracing::info!(tools = tool_count, state_dir = %state_dir.display(), "serving MCP on http://{addr}/mcp");
     let signal = shutdown.clone();
     let served = axum::serve(listener, app)
@@ -106,13 +124,14 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(t) => t,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

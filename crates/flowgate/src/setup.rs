@@ -30,7 +30,9 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
 pub(crate) fn state_dir(given: Option<PathBuf>) -> PathBuf {
     given
         .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("flowgate")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/flowgate")))
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/flowgate"))
+        })
         .unwrap_or_else(|| std::env::temp_dir().join("flowgate-state"))
 }
 
@@ -39,7 +41,10 @@ pub(crate) fn load(path: Option<&Path>) -> Result<Manifest, Vec<ManifestError>> 
     match path {
         Some(p) => flowgate_manifest::load_path(p),
         // The bundled tools use no relative paths; their working folder is the temp folder.
-        None => flowgate_manifest::parse_str(BUNDLED_MANIFEST, &std::env::temp_dir().join("flowgate-bundled.yaml")),
+        None => flowgate_manifest::parse_str(
+            BUNDLED_MANIFEST,
+            &std::env::temp_dir().join("flowgate-bundled.yaml"),
+        ),
     }
 }
 
@@ -71,7 +76,9 @@ pub(crate) fn check(path: &Path) -> ExitCode {
 
 pub(crate) fn tools(path: &Path) -> ExitCode {
     let registry = registry(&state_dir(None));
-    let Some(set) = tool_set(Some(path), &registry) else { return ExitCode::FAILURE };
+    let Some(set) = tool_set(Some(path), &registry) else {
+        return ExitCode::FAILURE;
+    };
     for entry in set.iter() {
         let task = match entry.spec.task {
             flowgate_manifest::TaskSupport::Required => "task required",
@@ -79,7 +86,10 @@ pub(crate) fn tools(path: &Path) -> ExitCode {
             flowgate_manifest::TaskSupport::Forbidden => "synchronous",
         };
         let summary = entry.spec.description.lines().next().unwrap_or("");
-        println!("{:<24} {:<14} {:<6} {summary}", entry.spec.name, task, entry.spec.target.engine);
+        println!(
+            "{:<24} {:<14} {:<6} {summary}",
+            entry.spec.name, task, entry.spec.target.engine
+        );
     }
     ExitCode::SUCCESS
 }

@@ -11,7 +11,10 @@ use serde_json::{Value, json};
 use super::*;
 
 fn engine(state: &std::path::Path, script: &str) -> LocalEngine {
-    let config = Arc::new(LocalConfig { state_dir: state.to_owned(), flowgate_bin: None });
+    let config = Arc::new(LocalConfig {
+        state_dir: state.to_owned(),
+        flowgate_bin: None,
+    });
     let target = LocalTarget {
         command: vec!["/bin/sh".into(), "-c".into(), script.into()],
         env: Default::default(),
@@ -21,7 +24,10 @@ fn engine(state: &std::path::Path, script: &str) -> LocalEngine {
 }
 
 fn case(state: &std::path::Path, script: &str) -> Case {
-    Case { engine: Arc::new(engine(state, script)), arguments: json!({"name": "it"}) }
+    Case {
+        engine: Arc::new(engine(state, script)),
+        arguments: json!({"name": "it"}),
+    }
 }
 
 async fn start(e: &LocalEngine, arguments: Value) -> ExecutionRef {
@@ -65,20 +71,33 @@ async fn local_engine_passes_the_conformance_suite() {
 #[tokio::test]
 async fn arguments_arrive_on_stdin_and_in_the_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = engine(dir.path(), r#"cat; printf ' %s %s' "$FLOWGATE_ARG_COUNT" "$FLOWGATE_ARG_DRY_RUN""#);
-    let x = start(&e, json!({"count": 3, "dry-run": true, "evil": "$(touch /tmp/x); `id`"})).await;
+    let e = engine(
+        dir.path(),
+        r#"cat; printf ' %s %s' "$FLOWGATE_ARG_COUNT" "$FLOWGATE_ARG_DRY_RUN""#,
+    );
+    let x = start(
+        &e,
+        json!({"count": 3, "dry-run": true, "evil": "$(touch /tmp/x); `id`"}),
+    )
+    .await;
     let r = wait_terminal(&e, &x).await;
     assert_eq!(r.state, TaskState::Completed);
     let out = r.output.expect("output");
     let text = out.as_str().expect("not JSON because of the suffix");
-    assert!(text.starts_with(r#"{"count":3,"dry-run":true,"evil":"$(touch /tmp/x); `id`"}"#), "{text}");
+    assert!(
+        text.starts_with(r#"{"count":3,"dry-run":true,"evil":"$(touch /tmp/x); `id`"}"#),
+        "{text}"
+    );
     assert!(text.ends_with(" 3 true"), "{text}");
 }
 
 #[tokio::test]
 async fn status_lines_become_the_status_message() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = engine(dir.path(), r#"echo "copying 2/5" > "$FLOWGATE_STATUS_FILE"; sleep 30"#);
+    let e = engine(
+        dir.path(),
+        r#"echo "copying 2/5" > "$FLOWGATE_STATUS_FILE"; sleep 30"#,
+    );
     let x = start(&e, json!({})).await;
     let mut seen = None;
     for _ in 0..100 {
@@ -96,7 +115,10 @@ async fn status_lines_become_the_status_message() {
 async fn cancel_stops_the_whole_process_group() {
     let dir = tempfile::tempdir().expect("tempdir");
     // A child that ignores SIGTERM, and a grandchild: both must go.
-    let e = engine(dir.path(), "trap '' TERM; (sleep 300 & sleep 300; wait) & sleep 300; wait");
+    let e = engine(
+        dir.path(),
+        "trap '' TERM; (sleep 300 & sleep 300; wait) & sleep 300; wait",
+    );
     let x = start(&e, json!({})).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let run = e.run(&x).expect("run");
@@ -137,15 +159,31 @@ async fn a_run_killed_from_outside_is_reported_not_left_working() {
     killpg(Pid::from_raw(pgid), Signal::SIGKILL).expect("kill");
     let r = wait_terminal(&e, &x).await;
     assert_eq!(r.state, TaskState::Failed, "{r:?}");
-    assert!(r.failure.expect("failure").error.contains("without reporting"));
+    assert!(
+        r.failure
+            .expect("failure")
+            .error
+            .contains("without reporting")
+    );
 }
 
 #[tokio::test]
 async fn references_cannot_escape_the_state_folder() {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = engine(dir.path(), "true");
-    for bad in ["../..", "..", "/etc", "runs/../../x", "0123456789abcdef/../x"] {
-        assert!(e.get(&ExecutionRef(bad.into())).await.expect_err(bad).is_not_found());
+    for bad in [
+        "../..",
+        "..",
+        "/etc",
+        "runs/../../x",
+        "0123456789abcdef/../x",
+    ] {
+        assert!(
+            e.get(&ExecutionRef(bad.into()))
+                .await
+                .expect_err(bad)
+                .is_not_found()
+        );
     }
 }
 
@@ -155,19 +193,43 @@ async fn questions_are_listed_answered_once_and_unknown_keys_refused() {
     let e = engine(dir.path(), "sleep 30");
     let x = start(&e, json!({})).await;
     let run = e.run(&x).expect("run");
-    let q = crate::run_dir::Question { message: "Ok?".into(), requested_schema: json!({"type": "object"}) };
+    let q = crate::run_dir::Question {
+        message: "Ok?".into(),
+        requested_schema: json!({"type": "object"}),
+    };
     assert_eq!(run.ask(&q).expect("ask"), 1);
     assert_eq!(run.ask(&q).expect("ask"), 2);
     let r = e.get(&x).await.expect("get");
     assert_eq!(r.state, TaskState::InputRequired);
-    assert_eq!(r.input_requests.iter().map(|q| q.key.as_str()).collect::<Vec<_>>(), ["q1", "q2"]);
-    let yes = flowgate_core::InputResponse { action: flowgate_core::Action::Accept, content: Some(json!({})) };
+    assert_eq!(
+        r.input_requests
+            .iter()
+            .map(|q| q.key.as_str())
+            .collect::<Vec<_>>(),
+        ["q1", "q2"]
+    );
+    let yes = flowgate_core::InputResponse {
+        action: flowgate_core::Action::Accept,
+        content: Some(json!({})),
+    };
     e.respond(&x, "q2", yes.clone()).await.expect("answer q2");
-    assert!(e.respond(&x, "q2", yes.clone()).await.is_err(), "answered twice");
+    assert!(
+        e.respond(&x, "q2", yes.clone()).await.is_err(),
+        "answered twice"
+    );
     assert!(e.respond(&x, "q9", yes.clone()).await.is_err());
     assert!(e.respond(&x, "../q1", yes.clone()).await.is_err());
     let r = e.get(&x).await.expect("get");
-    assert_eq!(r.input_requests.iter().map(|q| q.key.as_str()).collect::<Vec<_>>(), ["q1"]);
+    assert_eq!(
+        r.input_requests
+            .iter()
+            .map(|q| q.key.as_str())
+            .collect::<Vec<_>>(),
+        ["q1"]
+    );
     e.cancel(&x).await.expect("cancel");
-    assert!(e.respond(&x, "q1", yes).await.is_err(), "no answers after cancel");
+    assert!(
+        e.respond(&x, "q1", yes).await.is_err(),
+        "no answers after cancel"
+    );
 }

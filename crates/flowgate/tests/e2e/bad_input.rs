@@ -1,0 +1,207 @@
+//! Bad input gets a clear error and loses nothing.
+
+use std::process::Command;
+
+use flowgate_core::ExecutionRef;
+use flowgate_core::handle::{Keyring, TaskHandle};
+use rmcp::model::CallToolResponse;
+use serde_json::json;
+
+use crate::support::*;
+
+fn assert_not_found((status, body): (u16, serde_json::Value), what: &str) {
+    assert_eq!(
+        body["error"]["code"], -32602,
+        "{what}: HTTP {status} {body}"
+    );
+    assert_eq!(
+        body["error"]["message"], "Failed to retrieve task: Task not found",
+        "{what}"
+    );
+}
+
+#[tokio::test]
+async fn forged_handles_are_all_the_same_task_not_found() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(state.path(), None);
+    let client = http_client(&server.url, true).await;
+    let id = start_task(&client, "long_job", json!({"steps": 1})).await;
+
+    let mut tampered = id.clone().into_bytes();
+    let i = tampered.len() - 10;
+    tampered[i] = if tampered[i] == b'x' { b'y' } else { b'x' };
+    let tampered = String::from_utf8(tampered).expect("ascii");
+    let truncated = id[..id.len() - 4].to_owned();
+    let random = format!("fg1.k1.{}", "Q".repeat(140));
+    let other_key = Keyring::parse("k1:ZZECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8")
+        .expect("key")
+        .seal(
+            &TaskHandle {
+                engine: "local".into(),
+                tool: "long_job".into(),
+                execution: ExecutionRef("0000000000-0000000000000000".into()),
+                created_at: chrono_now(),
+            },
+            "anonymous",
+        );
+    for (what, bad) in [
+        ("tampered", &tampered),
+        ("truncated", &truncated),
+        ("random", &random),
+        ("other deployment", &other_key),
+    ] {
+        for method in ["tasks/get", "tasks/cancel"] {
+            assert_not_found(
+                raw(&server.url, method, Some(bad), json!({"taskId": bad})).await,
+                what,
+            );
+        }
+        let update = json!({"taskId": bad, "inputResponses": {}});
+        assert_not_found(
+            raw(&server.url, "tasks/update", Some(bad), update).await,
+            what,
+        );
+    }
+    // The real handle still works after all that.
+    let (_, body) = raw(&server.url, "tasks/get", Some(&id), json!({"taskId": id})).await;
+    assert_eq!(body["result"]["taskId"], id.as_str(), "{body}");
+}
+
+fn chrono_now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}
+
+#[test]
+fn a_handle_sealed_for_another_principal_does_not_open() {
+    let keys = Keyring::parse(KEY).expect("key");
+    let handle = TaskHandle {
+        engine: "local".into(),
+        tool: "long_job".into(),
+        execution: ExecutionRef("0000000000-0000000000000000".into()),
+        created_at: chrono_now(),
+    };
+    let for_alice = keys.seal(&handle, "alice");
+    assert!(keys.open(&for_alice, "alice").is_ok());
+    assert!(keys.open(&for_alice, flowgate_server::ANONYMOUS).is_err());
+    assert!(
+        keys.open(&keys.seal(&handle, flowgate_server::ANONYMOUS), "alice")
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_get_a_tool_error_naming_each_field() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(state.path(), None);
+    let client = http_client(&server.url, true).await;
+    let response = client
+        .call_tool_once(call(
+            "approve_deploy",
+            json!({"service": "Bad Name!", "extra": 1}),
+        ))
+        .await
+        .expect("tools/call");
+    let CallToolResponse::Complete(result) = response else {
+        panic!("expected a tool error")
+    };
+    assert_eq!(result.is_error, Some(true));
+    let text = serde_json::to_value(&result).expect("json")["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(text.contains("argument /service"), "{text}");
+    assert!(
+        text.contains("\"version\" is a required property"),
+        "{text}"
+    );
+    assert!(text.contains("extra"), "{text}");
+    assert!(
+        runs(state.path()).is_empty(),
+        "nothing may start on bad arguments"
+    );
+}
+
+#[tokio::test]
+async fn malformed_json_rpc_gets_an_error_not_a_crash() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(state.path(), None);
+    let (status, body) = raw_body(&server.url, "tools/list", None, "{not json").await;
+    assert!(status >= 400, "HTTP {status} {body}");
+    let (status, _) = raw(
+        &server.url,
+        "tools/call",
+        Some("nope"),
+        json!({"name": "nope"}),
+    )
+    .await;
+    assert!(status < 500);
+    let (_, body) = raw(&server.url, "tools/list", None, json!({})).await;
+    assert_eq!(
+        body["result"]["tools"].as_array().map(Vec::len),
+        Some(3),
+        "still serving: {body}"
+    );
+}
+
+#[test]
+fn a_broken_manifest_fails_check_with_line_and_column() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("broken.yaml");
+    std::fs::write(
+        &path,
+        "tools:\n  - name: a\n    target:\n      engine: local\n      comand: [true]\n",
+    )
+    .expect("write");
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&path)
+        .output()
+        .expect("run check");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("broken.yaml:4:7: local target: unknown field `comand`"),
+        "{stderr}"
+    );
+
+    std::fs::write(
+        &path,
+        "tools:\n  - name: a\n    tsk: required\n    target: {engine: local, command: [true]}\n",
+    )
+    .expect("write");
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&path)
+        .output()
+        .expect("run check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("broken.yaml:3:5:") && stderr.contains("tsk"),
+        "{stderr}"
+    );
+
+    std::fs::write(&path, "tools:\n  - name: a\n    target: {engine: nosuch}\n").expect("write");
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&path)
+        .output()
+        .expect("run check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("broken.yaml:3:") && stderr.contains("unknown engine \"nosuch\""),
+        "{stderr}"
+    );
+
+    let good = Command::new(bin())
+        .args([
+            "check",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/flowgate.yaml"),
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        good.status.success(),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+}

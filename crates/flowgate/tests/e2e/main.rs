@@ -1,0 +1,11 @@
+//! End-to-end tests of the `flowgate` binary with real MCP clients: rmcp's client over HTTP and
+//! stdio, and raw JSON-RPC over HTTP for what a well-behaved client would never send.
+//!
+//! One test binary with modules, because each file under `tests/` links its own binary.
+
+mod bad_input;
+mod conformance;
+mod http_tasks;
+mod restart;
+mod stdio;
+mod support;
