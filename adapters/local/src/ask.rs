@@ -79,10 +79,10 @@ pub fn ask(
                 Action::Cancel => Err(AskError::Cancelled),
             };
         }
-        if let Some(limit) = timeout {
-            if started.elapsed() >= limit {
-                return Err(AskError::TimedOut(limit));
-            }
+        if let Some(limit) = timeout
+            && started.elapsed() >= limit
+        {
+            return Err(AskError::TimedOut(limit));
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -249,11 +249,9 @@ fn associated_data(kid: &str, principal: &str) -> Vec<u8> {
 }
 
 fn decode_any_base64(s: &str) -> Option<Vec<u8>> {
-    use base64::engine::GeneralPurpose;
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE};
-    [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD]
+    [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
         .iter()
-        .map(|e: &&GeneralPurpose| *e)
         .find_map(|e| e.decode(s).ok())
 }
 

@@ -56,11 +56,11 @@ fn lock(runs: &Runs) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {
 }
 
 fn update(runs: &Runs, id: &str, f: impl FnOnce(&mut Run)) {
-    if let Some(run) = lock(runs).get_mut(id) {
-        if !run.record.state.is_terminal() {
-            f(run);
-            run.record.updated_at = Utc::now();
-        }
+    if let Some(run) = lock(runs).get_mut(id)
+        && !run.record.state.is_terminal()
+    {
+        f(run);
+        run.record.updated_at = Utc::now();
     }
 }
 
@@ -270,6 +270,14 @@ impl Engine for FakeEngine {
     }
 }
 
+/// Registers [`FakeEngine`] as engine kind `fake`; every tool shares one instance.
+pub fn register(registry: &mut crate::Registry, engine: FakeEngine) {
+    registry.register(
+        KIND,
+        Box::new(move |_target, _dir| Ok(Arc::new(engine.clone()) as Arc<dyn Engine>)),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,12 +334,4 @@ mod tests {
         };
         assert_eq!(e.list(filter).await.expect("list").len(), 2);
     }
-}
-
-/// Registers [`FakeEngine`] as engine kind `fake`; every tool shares one instance.
-pub fn register(registry: &mut crate::Registry, engine: FakeEngine) {
-    registry.register(
-        KIND,
-        Box::new(move |_target, _dir| Ok(Arc::new(engine.clone()) as Arc<dyn Engine>)),
-    );
 }
