@@ -176,28 +176,10 @@ impl Keyring {
             x: handle.execution.0.clone(),
             c: handle.created_at.timestamp_millis(),
         };
-        let plaintext = serde_json::to_vec(&body).unwrap_or_default();
-        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
-        let aad = associated_data(&self.current.id, principal);
-        // Encryption with a valid key and nonce cannot fail for inputs of this size.
-        let ciphertext = self
-            .current
-            .cipher
-            .encrypt(
-                &nonce,
-                Payload {
-                    msg: &plaintext,
-                    aad: &aad,
-                },
-            )
-            .unwrap_or_default();
-        let mut data = Vec::with_capacity(NONCE_LEN + ciphertext.len());
-        data.extend_from_slice(nonce.as_slice());
-        data.extend_from_slice(&ciphertext);
-        format!(
-            "{VERSION}.{}.{}",
-            self.current.id,
-            URL_SAFE_NO_PAD.encode(data)
+        self.seal_bytes(
+            VERSION,
+            &serde_json::to_vec(&body).unwrap_or_default(),
+            principal,
         )
     }
 
@@ -206,11 +188,62 @@ impl Keyring {
     /// # Errors
     /// [`OpenError`]; callers must answer every variant the same way ("task not found").
     pub fn open(&self, token: &str, principal: &str) -> Result<TaskHandle, OpenError> {
+        let plaintext = self.open_bytes(VERSION, token, principal)?;
+        let body: Sealed = serde_json::from_slice(&plaintext).map_err(|_| OpenError::Rejected)?;
+        let created_at = DateTime::from_timestamp_millis(body.c).ok_or(OpenError::Rejected)?;
+        Ok(TaskHandle {
+            engine: body.e,
+            tool: body.t,
+            execution: ExecutionRef(body.x),
+            created_at,
+        })
+    }
+
+    /// Seals any bytes as `<purpose>.<key id>.<base64url>` for `principal`. The purpose (for
+    /// example `fg1` for task handles) is authenticated, so a token made for one purpose never
+    /// opens as another.
+    pub fn seal_bytes(&self, purpose: &str, plaintext: &[u8], principal: &str) -> String {
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let aad = associated_data(purpose, &self.current.id, principal);
+        // Encryption with a valid key and nonce cannot fail for inputs of this size.
+        let ciphertext = self
+            .current
+            .cipher
+            .encrypt(
+                &nonce,
+                Payload {
+                    msg: plaintext,
+                    aad: &aad,
+                },
+            )
+            .unwrap_or_default();
+        let mut data = Vec::with_capacity(NONCE_LEN + ciphertext.len());
+        data.extend_from_slice(nonce.as_slice());
+        data.extend_from_slice(&ciphertext);
+        format!(
+            "{purpose}.{}.{}",
+            self.current.id,
+            URL_SAFE_NO_PAD.encode(data)
+        )
+    }
+
+    /// Opens what [`Keyring::seal_bytes`] sealed for the same purpose and principal.
+    ///
+    /// # Errors
+    /// [`OpenError`], deliberately uninformative.
+    pub fn open_bytes(
+        &self,
+        purpose: &str,
+        token: &str,
+        principal: &str,
+    ) -> Result<Vec<u8>, OpenError> {
         let mut parts = token.splitn(3, '.');
-        let (Some(VERSION), Some(kid), Some(data)) = (parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(p), Some(kid), Some(data)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(OpenError::Malformed);
         };
+        if p != purpose {
+            return Err(OpenError::Malformed);
+        }
         let key = std::iter::once(&self.current)
             .chain(&self.previous)
             .find(|k| k.id == kid)
@@ -222,9 +255,8 @@ impl Keyring {
             return Err(OpenError::Malformed);
         }
         let (nonce, ciphertext) = data.split_at(NONCE_LEN);
-        let aad = associated_data(kid, principal);
-        let plaintext = key
-            .cipher
+        let aad = associated_data(purpose, kid, principal);
+        key.cipher
             .decrypt(
                 XNonce::from_slice(nonce),
                 Payload {
@@ -232,20 +264,12 @@ impl Keyring {
                     aad: &aad,
                 },
             )
-            .map_err(|_| OpenError::Rejected)?;
-        let body: Sealed = serde_json::from_slice(&plaintext).map_err(|_| OpenError::Rejected)?;
-        let created_at = DateTime::from_timestamp_millis(body.c).ok_or(OpenError::Rejected)?;
-        Ok(TaskHandle {
-            engine: body.e,
-            tool: body.t,
-            execution: ExecutionRef(body.x),
-            created_at,
-        })
+            .map_err(|_| OpenError::Rejected)
     }
 }
 
-fn associated_data(kid: &str, principal: &str) -> Vec<u8> {
-    format!("{VERSION}\n{kid}\n{principal}").into_bytes()
+fn associated_data(purpose: &str, kid: &str, principal: &str) -> Vec<u8> {
+    format!("{purpose}\n{kid}\n{principal}").into_bytes()
 }
 
 fn decode_any_base64(s: &str) -> Option<Vec<u8>> {
@@ -336,6 +360,16 @@ mod tests {
         );
         assert_eq!(rotated.open(&token, "p"), Ok(sample()));
         assert!(rotated.seal(&sample(), "p").starts_with("fg1.k2."));
+    }
+
+    #[test]
+    fn a_token_sealed_for_one_purpose_does_not_open_as_another() {
+        let k = ring("k1", 7);
+        let state = k.seal_bytes("fs1", b"{}", "p");
+        assert_eq!(k.open_bytes("fs1", &state, "p"), Ok(b"{}".to_vec()));
+        assert!(k.open(&state, "p").is_err());
+        let forged = state.replacen("fs1", "fg1", 1);
+        assert_eq!(k.open(&forged, "p"), Err(OpenError::Rejected));
     }
 
     #[test]

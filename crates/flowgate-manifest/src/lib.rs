@@ -13,6 +13,9 @@
 //!     poll_interval_ms: 5000
 //!     ttl_ms: 604800000
 //!     failure: tool_error       # or jsonrpc_error
+//!     elicit:                   # ask for missing arguments before starting (MCP MRTR)
+//!       - argument: day
+//!         message: Which day should the ETL run for?
 //!     target:
 //!       engine: local
 //!       command: ["./etl.sh"]
@@ -28,4 +31,4 @@ mod tool;
 
 pub use error::ManifestError;
 pub use load::{load_path, parse_str};
-pub use tool::{Location, Manifest, Target, TaskSupport, ToolSpec};
+pub use tool::{Elicit, Location, Manifest, Target, TaskSupport, ToolSpec};

@@ -40,7 +40,18 @@ struct RawTool {
     ttl_ms: Option<u64>,
     #[serde(default)]
     failure: RawFailure,
+    #[serde(default)]
+    elicit: Vec<Spanned<RawElicit>>,
     target: Spanned<Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawElicit {
+    argument: String,
+    message: String,
+    #[serde(default)]
+    field: Option<String>,
 }
 
 fn default_ttl() -> Option<u64> {
@@ -199,6 +210,28 @@ fn validate(raw: Spanned<RawTool>, file: &Path) -> Result<ToolSpec, ManifestErro
         Some(p) => p.value,
         None => DEFAULT_POLL_INTERVAL_MS,
     };
+    let mut elicit = Vec::new();
+    for e in raw.elicit {
+        let at = loc(file, &e.referenced);
+        let e = e.value;
+        let Some(schema) = input_schema
+            .get("properties")
+            .and_then(|p| p.get(&e.argument))
+            .cloned()
+        else {
+            return Err(at.error(format!(
+                "elicit: argument {:?} is not a property of input_schema",
+                e.argument
+            )));
+        };
+        let field = e.field.unwrap_or_else(|| e.argument.clone());
+        elicit.push(crate::Elicit {
+            argument: e.argument,
+            message: e.message,
+            field,
+            schema,
+        });
+    }
     let target_at = loc(file, &raw.target.referenced);
     let mut config = raw.target.value;
     let engine = match config.remove("engine") {
@@ -223,6 +256,7 @@ fn validate(raw: Spanned<RawTool>, file: &Path) -> Result<ToolSpec, ManifestErro
             RawFailure::ToolError => FailureMode::ToolError,
             RawFailure::JsonrpcError => FailureMode::JsonRpcError,
         },
+        elicit,
         location,
         validator: Arc::new(validator),
     })

@@ -55,6 +55,20 @@ pub struct Target {
     pub location: Location,
 }
 
+/// An argument to ask the caller for (an MCP elicitation, before the task starts) when a call
+/// leaves it out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Elicit {
+    /// The argument that is missing.
+    pub argument: String,
+    /// What to ask.
+    pub message: String,
+    /// The form field the answer arrives in (the argument's name unless the manifest says).
+    pub field: String,
+    /// The form field's schema: the argument's own schema from `input_schema`.
+    pub schema: Value,
+}
+
 /// One tool, validated.
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
@@ -76,6 +90,8 @@ pub struct ToolSpec {
     pub ttl_ms: Option<u64>,
     /// How workflow failures are reported.
     pub failure: FailureMode,
+    /// Arguments to ask for when missing, in order.
+    pub elicit: Vec<Elicit>,
     /// Where the tool is declared.
     pub location: Location,
     pub(crate) validator: Arc<jsonschema::Validator>,

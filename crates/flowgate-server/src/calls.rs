@@ -8,13 +8,14 @@ use flowgate_core::{StartRequest, Started};
 use flowgate_manifest::TaskSupport;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
-    CreateTaskResult, ErrorCode, ProtocolVersion, Task, TaskStatus,
+    CreateTaskResult, ErrorCode, ProtocolVersion, ResultType, Task, TaskStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
 use crate::errors::tool_error;
+use crate::mrtr::Gathered;
 use crate::retry::retrying;
 use crate::{FlowgateServer, ToolEntry, principal};
 
@@ -51,7 +52,17 @@ impl FlowgateServer {
                 ClientCapabilities::builder().enable_tasks().build(),
             ));
         }
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let arguments = match self.gather(
+            entry,
+            request.arguments.unwrap_or_default(),
+            request.input_responses,
+            request.request_state.as_deref(),
+            &ctx,
+        )? {
+            Gathered::Ready(arguments) => Value::Object(arguments),
+            Gathered::Ask(ask) => return Ok(CallToolResponse::InputRequired(ask)),
+            Gathered::Refused(result) => return Ok(CallToolResponse::Complete(result)),
+        };
         if let Err(problems) = entry.spec.validate_arguments(&arguments) {
             let text = format!(
                 "{}: invalid arguments:\n- {}",
@@ -163,9 +174,12 @@ impl FlowgateServer {
 
 /// The core's `CallToolResult` JSON as rmcp's type.
 pub(crate) fn to_call_tool_result(result: Value) -> CallToolResult {
-    serde_json::from_value(result).unwrap_or_else(|e| {
+    let mut result: CallToolResult = serde_json::from_value(result).unwrap_or_else(|e| {
         CallToolResult::error(vec![ContentBlock::text(format!(
             "flowgate built an invalid result: {e}"
         ))])
-    })
+    });
+    // 2026-07-28 results carry `resultType`; rmcp strips it again for older peers.
+    result.result_type = Some(ResultType::COMPLETE);
+    result
 }

@@ -14,6 +14,7 @@ mod calls;
 mod errors;
 mod handler;
 pub mod http;
+mod mrtr;
 mod principal;
 mod retry;
 pub mod stdio;

@@ -80,12 +80,24 @@ impl FlowgateServer {
         let (handle, entry) = self.open(task_id, ctx)?;
         for (key, value) in responses {
             let Ok(response) = serde_json::from_value::<InputResponse>(value) else {
-                return Err(ErrorData::invalid_params(
-                    format!(
-                        "inputResponses.{key} is not an elicitation result ({{action, content}})"
-                    ),
-                    None,
-                ));
+                // Malformed answers to keys that are not outstanding are ignored like any other
+                // stray key; a malformed answer to an outstanding question is the caller's error.
+                let outstanding = retrying(|| entry.engine.get(&handle.execution))
+                    .await
+                    .is_ok_and(|r| r.input_requests.iter().any(|q| q.key == key));
+                if outstanding {
+                    return Err(ErrorData::invalid_params(
+                        format!(
+                            "inputResponses.{key} is not an elicitation result ({{action, content}})"
+                        ),
+                        None,
+                    ));
+                }
+                tracing::debug!(
+                    key,
+                    "ignored a malformed response to a key that is not outstanding"
+                );
+                continue;
             };
             match retrying(|| {
                 entry

@@ -168,3 +168,19 @@ fn folders_load_every_yaml_file_and_catch_cross_file_duplicates() {
     let errors = load_path(dir.path()).expect_err("duplicate");
     assert!(errors[0].to_string().contains("c.yaml:2"), "{errors:?}");
 }
+
+#[test]
+fn elicit_entries_take_the_argument_schema_and_must_name_a_property() {
+    let text = "tools:\n  - name: a\n    input_schema: {type: object, properties: {who: {type: string, minLength: 1}}}\n    elicit:\n      - {argument: who, message: Who?, field: name}\n    target: {engine: local}\n";
+    let m = parse(text).expect("parse");
+    let e = &m.tools[0].elicit[0];
+    assert_eq!(
+        (e.argument.as_str(), e.field.as_str(), e.message.as_str()),
+        ("who", "name", "Who?")
+    );
+    assert_eq!(e.schema, json!({"type": "string", "minLength": 1}));
+    let bad = text.replace("argument: who", "argument: whom");
+    let err = one_error(&bad);
+    assert_eq!(err.line, 5, "{err}");
+    assert!(err.message.contains("whom"), "{err}");
+}
