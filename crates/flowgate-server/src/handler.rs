@@ -7,7 +7,7 @@ use flowgate_core::handle::Keyring;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
     Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    UpdateTaskParams,
+    Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -81,6 +81,12 @@ impl ServerHandler for FlowgateServer {
         Ok(ListToolsResult::with_all_items(
             self.inner.tools.iter().map(|t| t.tool.clone()).collect(),
         ))
+    }
+
+    /// Lets rmcp check `Mcp-Param-*` headers against tools whose input schema marks
+    /// parameters with `x-mcp-header` (SEP-2243).
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner.tools.get(name).map(|t| t.tool.clone())
     }
 
     async fn call_tool(
