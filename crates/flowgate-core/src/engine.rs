@@ -54,15 +54,18 @@ pub struct Capabilities {
     pub inputs: bool,
     /// `list` finds executions this server started.
     pub list: bool,
+    /// Executions only run synchronously ([`Engine::run_sync`]); never offered as tasks.
+    pub synchronous_only: bool,
 }
 
 impl Capabilities {
-    /// Every capability on.
+    /// Every capability of an engine whose executions run as tasks.
     pub fn all() -> Self {
         Capabilities {
             cancel: true,
             inputs: true,
             list: true,
+            synchronous_only: false,
         }
     }
 }
@@ -100,6 +103,25 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
 
     /// What this engine can do beyond start and get.
     fn capabilities(&self) -> Capabilities;
+
+    /// How long the engine keeps an execution (the task's `ttlMs` unless the manifest says),
+    /// `None` when the engine does not say.
+    fn retention_ms(&self) -> Option<u64> {
+        None
+    }
+
+    /// Runs an execution to its end and returns its final record, for engines whose
+    /// executions are synchronous only ([`Capabilities::synchronous_only`]).
+    ///
+    /// # Errors
+    /// `Unsupported` by default; otherwise as [`Engine::start`].
+    async fn run_sync(&self, request: StartRequest) -> Result<ExecutionRecord, EngineError> {
+        let _ = request;
+        Err(EngineError::Unsupported {
+            engine: self.kind(),
+            operation: "run_sync",
+        })
+    }
 
     /// Starts an execution. Returns only once [`Engine::get`] would find it.
     ///
@@ -153,6 +175,15 @@ macro_rules! forward_engine {
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()
+            }
+            fn retention_ms(&self) -> Option<u64> {
+                (**self).retention_ms()
+            }
+            async fn run_sync(
+                &self,
+                request: StartRequest,
+            ) -> Result<ExecutionRecord, EngineError> {
+                (**self).run_sync(request).await
             }
             async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
                 (**self).start(request).await

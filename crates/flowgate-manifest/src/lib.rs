@@ -31,4 +31,4 @@ mod tool;
 
 pub use error::ManifestError;
 pub use load::{load_path, parse_str};
-pub use tool::{Elicit, Location, Manifest, Target, TaskSupport, ToolSpec};
+pub use tool::{Elicit, Location, Manifest, Target, TaskSupport, ToolSpec, Ttl};

@@ -9,10 +9,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
 
-use crate::{Location, Manifest, ManifestError, Target, TaskSupport, ToolSpec};
+use crate::{Location, Manifest, ManifestError, Target, TaskSupport, ToolSpec, Ttl};
 
 const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
-const DEFAULT_TTL_MS: u64 = 86_400_000;
 const MIN_POLL_INTERVAL_MS: u64 = 100;
 
 #[derive(Deserialize)]
@@ -35,9 +34,9 @@ struct RawTool {
     task: TaskSupport,
     #[serde(default)]
     poll_interval_ms: Option<Spanned<u64>>,
-    /// `null` means unlimited; absent means the default.
-    #[serde(default = "default_ttl")]
-    ttl_ms: Option<u64>,
+    /// `null` means unlimited; absent means the engine's retention.
+    #[serde(default, deserialize_with = "present")]
+    ttl_ms: Option<Option<u64>>,
     #[serde(default)]
     failure: RawFailure,
     #[serde(default)]
@@ -54,8 +53,9 @@ struct RawElicit {
     field: Option<String>,
 }
 
-fn default_ttl() -> Option<u64> {
-    Some(DEFAULT_TTL_MS)
+/// Tells an explicit `null` (`Some(None)`) from an absent key (`None`, via `default`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -251,7 +251,11 @@ fn validate(raw: Spanned<RawTool>, file: &Path) -> Result<ToolSpec, ManifestErro
             location: target_at,
         },
         poll_interval_ms,
-        ttl_ms: raw.ttl_ms,
+        ttl: match raw.ttl_ms {
+            None => Ttl::EngineDefault,
+            Some(None) => Ttl::Unlimited,
+            Some(Some(ms)) => Ttl::Ms(ms),
+        },
         failure: match raw.failure {
             RawFailure::ToolError => FailureMode::ToolError,
             RawFailure::JsonrpcError => FailureMode::JsonRpcError,

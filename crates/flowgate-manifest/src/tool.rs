@@ -44,6 +44,31 @@ pub enum TaskSupport {
     Forbidden,
 }
 
+/// A tool's `ttlMs`: how long a task stays retrievable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    /// Not set in the manifest: what the engine says it keeps, else [`Ttl::FALLBACK_MS`].
+    EngineDefault,
+    /// `ttl_ms: null`: no limit.
+    Unlimited,
+    /// A number of milliseconds.
+    Ms(u64),
+}
+
+impl Ttl {
+    /// The `ttlMs` of a tool whose engine does not say how long it keeps executions: one day.
+    pub const FALLBACK_MS: u64 = 86_400_000;
+
+    /// The advertised `ttlMs` given the engine's retention.
+    pub fn resolve(self, engine_retention_ms: Option<u64>) -> Option<u64> {
+        match self {
+            Ttl::EngineDefault => Some(engine_retention_ms.unwrap_or(Self::FALLBACK_MS)),
+            Ttl::Unlimited => None,
+            Ttl::Ms(ms) => Some(ms),
+        }
+    }
+}
+
 /// The engine a tool starts, with the engine's own settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
@@ -86,8 +111,8 @@ pub struct ToolSpec {
     pub target: Target,
     /// `pollIntervalMs` the server advertises.
     pub poll_interval_ms: u64,
-    /// `ttlMs` the server advertises; `None` is unlimited.
-    pub ttl_ms: Option<u64>,
+    /// `ttlMs` the server advertises.
+    pub ttl: Ttl,
     /// How workflow failures are reported.
     pub failure: FailureMode,
     /// Arguments to ask for when missing, in order.
@@ -123,12 +148,12 @@ impl ToolSpec {
         }
     }
 
-    /// How this tool's results are shaped on the wire.
-    pub fn presentation(&self) -> Presentation {
+    /// How this tool's results are shaped on the wire, given its engine's retention.
+    pub fn presentation(&self, engine_retention_ms: Option<u64>) -> Presentation {
         Presentation {
             failure: self.failure,
             structured: self.output_schema.is_some(),
-            ttl_ms: self.ttl_ms,
+            ttl_ms: self.ttl.resolve(engine_retention_ms),
             poll_interval_ms: self.poll_interval_ms,
         }
     }

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use flowgate_core::handle::TaskHandle;
-use flowgate_core::wire::{self, Outcome};
-use flowgate_core::{StartRequest, Started};
+use flowgate_core::wire::{self, Outcome, Presentation};
+use flowgate_core::{ExecutionRecord, StartRequest, Started};
 use flowgate_manifest::TaskSupport;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
@@ -80,6 +80,14 @@ impl FlowgateServer {
             principal_digest: principal::digest(&principal),
             idempotency_key: None,
         };
+        if entry.engine.capabilities().synchronous_only {
+            // Not retried: a synchronous run may have happened even when its answer was lost.
+            return match entry.engine.run_sync(start).await {
+                Ok(record) => finished(&entry.spec.name, &record, &entry.presentation)
+                    .map(CallToolResponse::Complete),
+                Err(e) => Ok(CallToolResponse::Complete(tool_error(&entry.spec.name, &e))),
+            };
+        }
         let started = match retrying(|| entry.engine.start(start.clone())).await {
             Ok(s) => s,
             Err(e) => {
@@ -110,9 +118,9 @@ impl FlowgateServer {
             .created_at
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let mut task = Task::new(id, TaskStatus::Working, at.clone(), at)
-            .with_poll_interval_ms(entry.spec.poll_interval_ms)
+            .with_poll_interval_ms(entry.presentation.poll_interval_ms)
             .with_status_message("Started");
-        if let Some(ttl) = entry.spec.ttl_ms {
+        if let Some(ttl) = entry.presentation.ttl_ms {
             task = task.with_ttl_ms(ttl);
         }
         CreateTaskResult::new(task)
@@ -125,7 +133,7 @@ impl FlowgateServer {
         entry: &ToolEntry,
         started: &Started,
     ) -> Result<CallToolResult, ErrorData> {
-        let how = entry.spec.presentation();
+        let how = entry.presentation.clone();
         let deadline = tokio::time::Instant::now() + self.inner.options.sync_wait;
         let interval = Duration::from_millis(how.poll_interval_ms).min(SYNC_POLL_CAP);
         let name = &entry.spec.name;
@@ -141,23 +149,17 @@ impl FlowgateServer {
                 }
                 Err(e) => return Ok(tool_error(name, &e)),
             };
+            if record.state.is_terminal() {
+                return finished(name, &record, &how);
+            }
             let give_up = match wire::outcome(&record, &how) {
-                Outcome::Completed(result) => return Ok(to_call_tool_result(result)),
-                Outcome::Failed(e) => {
-                    return Err(ErrorData::new(ErrorCode(e.code as i32), e.message, e.data));
-                }
-                Outcome::Cancelled => {
-                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                        "{name}: the execution was cancelled before it finished"
-                    ))]));
-                }
                 Outcome::InputRequired(_) => Some(
                     "the workflow asked a question, and answering needs a client that supports MCP tasks",
                 ),
-                Outcome::Working if tokio::time::Instant::now() >= deadline => {
+                _ if tokio::time::Instant::now() >= deadline => {
                     Some("the workflow did not finish within the synchronous wait")
                 }
-                Outcome::Working => None,
+                _ => None,
             };
             if let Some(reason) = give_up {
                 let _ = entry.engine.cancel(&started.execution).await;
@@ -182,4 +184,26 @@ pub(crate) fn to_call_tool_result(result: Value) -> CallToolResult {
     // 2026-07-28 results carry `resultType`; rmcp strips it again for older peers.
     result.result_type = Some(ResultType::COMPLETE);
     result
+}
+
+/// The synchronous answer for a finished record. An unfinished one (an engine that returned
+/// early) reads as a tool error.
+fn finished(
+    name: &str,
+    record: &ExecutionRecord,
+    how: &Presentation,
+) -> Result<CallToolResult, ErrorData> {
+    match wire::outcome(record, how) {
+        Outcome::Completed(result) => Ok(to_call_tool_result(result)),
+        Outcome::Failed(e) => Err(ErrorData::new(ErrorCode(e.code as i32), e.message, e.data)),
+        Outcome::Cancelled => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+            "{name}: the execution was cancelled before it finished"
+        ))])),
+        Outcome::Working | Outcome::InputRequired(_) => {
+            Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                "{name}: the engine returned before the execution finished ({})",
+                record.engine_status
+            ))]))
+        }
+    }
 }

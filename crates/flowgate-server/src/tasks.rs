@@ -45,7 +45,7 @@ impl FlowgateServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let (handle, entry) = self.open(task_id, ctx)?;
-        let how = entry.spec.presentation();
+        let how = entry.presentation.clone();
         let wire = match retrying(|| entry.engine.get(&handle.execution)).await {
             Ok(record) => wire::project(&record, &how),
             Err(e) if e.is_retryable() => {

@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use flowgate_core::wire::Presentation;
 use flowgate_core::{Engine, Registry};
-use flowgate_manifest::{Manifest, ManifestError, ToolSpec};
+use flowgate_manifest::{Manifest, ManifestError, TaskSupport, ToolSpec};
 use rmcp::model::Tool;
 
 /// One tool: its spec, its engine, and its MCP description.
@@ -16,6 +17,8 @@ pub struct ToolEntry {
     pub engine: Arc<dyn Engine>,
     /// What `tools/list` shows.
     pub tool: Tool,
+    /// How results and tasks are shaped (with the TTL resolved against the engine).
+    pub presentation: Presentation,
 }
 
 /// Every tool the server offers, in manifest order.
@@ -41,6 +44,15 @@ impl ToolSet {
                 .map(ToOwned::to_owned)
                 .unwrap_or_default();
             match registry.build(&spec.target.engine, &spec.target.config, &base) {
+                Ok(engine)
+                    if engine.capabilities().synchronous_only
+                        && spec.task != TaskSupport::Forbidden =>
+                {
+                    errors.push(spec.location.error(format!(
+                        "tool {:?}: this {} target runs synchronously only; set `task: forbidden`",
+                        spec.name, spec.target.engine
+                    )));
+                }
                 Ok(engine) => {
                     let mut tool = Tool::new(
                         spec.name.clone(),
@@ -50,11 +62,13 @@ impl ToolSet {
                     if let Some(out) = &spec.output_schema {
                         tool = tool.with_raw_output_schema(Arc::new(out.clone()));
                     }
+                    let presentation = spec.presentation(engine.retention_ms());
                     set.by_name.insert(spec.name.clone(), set.entries.len());
                     set.entries.push(ToolEntry {
                         spec: spec.clone(),
                         engine,
                         tool,
+                        presentation,
                     });
                 }
                 Err(message) => errors.push(spec.target.location.error(message)),

@@ -21,6 +21,8 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
             flowgate_bin: std::env::current_exe().ok(),
         },
     );
+    #[cfg(feature = "stepfunctions")]
+    flowgate_stepfunctions::register(&mut registry);
     let _ = state_dir;
     registry
 }

@@ -55,7 +55,10 @@ fn a_good_manifest_parses_with_defaults() {
     assert!(etl.output_schema.is_some());
     let hello = m.tool("hello").expect("hello");
     assert_eq!(hello.task, TaskSupport::Optional);
-    assert_eq!(hello.ttl_ms, None);
+    assert_eq!(hello.ttl, Ttl::Unlimited);
+    assert_eq!(etl.ttl, Ttl::EngineDefault);
+    assert_eq!(etl.ttl.resolve(Some(5)), Some(5));
+    assert_eq!(etl.ttl.resolve(None), Some(Ttl::FALLBACK_MS));
     assert_eq!(hello.poll_interval_ms, DEFAULT_POLL_INTERVAL_MS);
     assert_eq!(
         hello.input_schema,

@@ -1,0 +1,161 @@
+//! A tool's Step Functions target, from its manifest.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Standard executions run as tasks; express executions run synchronously.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowType {
+    /// Long-running, durable: the execution is the task.
+    #[default]
+    Standard,
+    /// Short and synchronous (`StartSyncExecution`); never offered as a task.
+    Express,
+}
+
+/// The `target` block of a `stepfunctions` tool.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SfnTarget {
+    /// The state machine to start.
+    pub state_machine_arn: String,
+    /// The region; the state machine ARN's region by default.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Another endpoint (an emulator, a VPC endpoint).
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// A role to assume for this tool's calls.
+    #[serde(default)]
+    pub role_arn: Option<String>,
+    /// An execution-name template such as `deploy-{service}-{version}`: a retried call with the
+    /// same arguments reaches the same execution instead of starting a second one.
+    #[serde(default)]
+    pub execution_name: Option<String>,
+    /// Wrap the arguments as `{<input_key>: arguments}` instead of passing them as the input.
+    #[serde(default)]
+    pub input_key: Option<String>,
+    /// A JSON pointer (`/summary`) to the part of the execution output that is the tool result.
+    #[serde(default)]
+    pub output_pointer: Option<String>,
+    /// `standard` (default) or `express`.
+    #[serde(default, rename = "type")]
+    pub workflow_type: WorkflowType,
+    /// Read the execution history while it runs, for the current state's name and for input
+    /// states (one more API call per poll of a running execution). On by default.
+    #[serde(default = "yes")]
+    pub history: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl SfnTarget {
+    /// Reads a manifest `target` block (without its `engine` key).
+    ///
+    /// # Errors
+    /// A message naming the offending key.
+    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, String> {
+        let t: SfnTarget = serde_json::from_value(Value::Object(target.clone()))
+            .map_err(|e| format!("stepfunctions target: {e}"))?;
+        let parts: Vec<&str> = t.state_machine_arn.split(':').collect();
+        if parts.len() < 7
+            || parts[0] != "arn"
+            || parts[2] != "states"
+            || parts[5] != "stateMachine"
+        {
+            return Err(format!(
+                "stepfunctions target: state_machine_arn {:?} is not a state machine ARN \
+                 (arn:aws:states:REGION:ACCOUNT:stateMachine:NAME)",
+                t.state_machine_arn
+            ));
+        }
+        if let Some(template) = &t.execution_name {
+            crate::mapping::check_template(template)
+                .map_err(|e| format!("stepfunctions target: execution_name: {e}"))?;
+        }
+        if let Some(p) = &t.output_pointer {
+            if !p.is_empty() && !p.starts_with('/') {
+                return Err(
+                    "stepfunctions target: output_pointer must be a JSON pointer such as /summary"
+                        .into(),
+                );
+            }
+        }
+        Ok(t)
+    }
+
+    /// The region: the configured one, else the state machine ARN's.
+    pub fn region(&self) -> String {
+        self.region.clone().unwrap_or_else(|| {
+            self.state_machine_arn
+                .split(':')
+                .nth(3)
+                .unwrap_or("us-east-1")
+                .to_owned()
+        })
+    }
+
+    /// The execution ARN a named execution of this state machine has.
+    pub(crate) fn execution_arn(&self, name: &str) -> String {
+        self.state_machine_arn
+            .replacen(":stateMachine:", ":execution:", 1)
+            + ":"
+            + name
+    }
+
+    /// Whether an execution ARN belongs to this tool's state machine.
+    pub(crate) fn owns(&self, execution_arn: &str) -> bool {
+        let prefix = self
+            .state_machine_arn
+            .replacen(":stateMachine:", ":execution:", 1)
+            + ":";
+        execution_arn.starts_with(&prefix) && execution_arn.len() > prefix.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ARN: &str = "arn:aws:states:eu-west-1:123456789012:stateMachine:etl";
+
+    fn parse(v: Value) -> Result<SfnTarget, String> {
+        SfnTarget::from_manifest(v.as_object().expect("object"))
+    }
+
+    #[test]
+    fn defaults_and_derived_values() {
+        let t = parse(json!({"state_machine_arn": ARN})).expect("ok");
+        assert_eq!(t.region(), "eu-west-1");
+        assert_eq!(t.workflow_type, WorkflowType::Standard);
+        assert!(t.history);
+        assert_eq!(
+            t.execution_arn("run-1"),
+            "arn:aws:states:eu-west-1:123456789012:execution:etl:run-1"
+        );
+        assert!(t.owns("arn:aws:states:eu-west-1:123456789012:execution:etl:run-1"));
+        assert!(!t.owns("arn:aws:states:eu-west-1:123456789012:execution:etl2:run-1"));
+        assert!(!t.owns("arn:aws:states:eu-west-1:123456789012:execution:etl:"));
+    }
+
+    #[test]
+    fn bad_targets_are_named() {
+        assert!(
+            parse(json!({"state_machine_arn": ARN, "regoin": "x"}))
+                .expect_err("typo")
+                .contains("regoin")
+        );
+        assert!(
+            parse(json!({"state_machine_arn": "etl"}))
+                .expect_err("arn")
+                .contains("not a state machine ARN")
+        );
+        assert!(parse(json!({"state_machine_arn": ARN, "execution_name": "x-{a"})).is_err());
+        assert!(parse(json!({"state_machine_arn": ARN, "output_pointer": "summary"})).is_err());
+        assert!(parse(json!({"state_machine_arn": ARN, "type": "express"})).is_ok());
+    }
+}

@@ -1,0 +1,160 @@
+//! Step Functions values to flowgate's: statuses, times, names, inputs and outputs.
+
+use aws_sdk_sfn::types::ExecutionStatus;
+use chrono::{DateTime, Utc};
+use flowgate_core::TaskState;
+use serde_json::{Map, Value};
+
+/// Maps an execution status onto the task model; unknown statuses are never guessed.
+pub(crate) fn state(status: &ExecutionStatus) -> TaskState {
+    match status {
+        ExecutionStatus::Running | ExecutionStatus::PendingRedrive => TaskState::Working,
+        ExecutionStatus::Succeeded => TaskState::Completed,
+        ExecutionStatus::Failed | ExecutionStatus::TimedOut => TaskState::Failed,
+        ExecutionStatus::Aborted => TaskState::Cancelled,
+        other => {
+            tracing::warn!(
+                status = other.as_str(),
+                "unknown Step Functions execution status"
+            );
+            TaskState::Unknown
+        }
+    }
+}
+
+/// The engine's time as UTC.
+pub(crate) fn time(t: &aws_sdk_sfn::primitives::DateTime) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.secs(), t.subsec_nanos()).unwrap_or_default()
+}
+
+/// Checks an execution-name template: `{name}` placeholders, balanced braces.
+pub(crate) fn check_template(template: &str) -> Result<(), String> {
+    let mut open = false;
+    for c in template.chars() {
+        match (c, open) {
+            ('{', false) => open = true,
+            ('}', true) => open = false,
+            ('{', true) => return Err("nested `{`".into()),
+            ('}', false) => return Err("`}` without `{`".into()),
+            _ => {}
+        }
+    }
+    if open {
+        Err("unclosed `{`".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// Renders an execution name from a template and the call's arguments. Step Functions names
+/// are 1-80 characters of letters, digits, `-` and `_`: anything else becomes `-`.
+pub(crate) fn render_name(template: &str, arguments: &Value) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').ok_or("unclosed `{`")? + start;
+        let key = &rest[start + 1..end];
+        let value = arguments.get(key).ok_or_else(|| {
+            format!("execution_name uses argument `{key}`, which the call does not have")
+        })?;
+        match value {
+            Value::String(s) => out.push_str(s),
+            other => out.push_str(&other.to_string()),
+        }
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    let name: String = out
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(80)
+        .collect();
+    if name.is_empty() {
+        Err("execution_name renders empty".into())
+    } else {
+        Ok(name)
+    }
+}
+
+/// The execution input for a call.
+pub(crate) fn input(arguments: &Value, input_key: Option<&str>) -> String {
+    match input_key {
+        Some(key) => {
+            let mut map = Map::new();
+            map.insert(key.to_owned(), arguments.clone());
+            Value::Object(map).to_string()
+        }
+        None => arguments.to_string(),
+    }
+}
+
+/// The tool result from the execution output (JSON when it parses, else the text).
+pub(crate) fn output(raw: Option<&str>, pointer: Option<&str>) -> Value {
+    let value = match raw {
+        Some(text) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned())),
+        None => Value::Null,
+    };
+    match pointer {
+        Some(p) if !p.is_empty() => value.pointer(p).cloned().unwrap_or(Value::Null),
+        _ => value,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_documented_status_maps() {
+        let table = [
+            (ExecutionStatus::Running, TaskState::Working),
+            (ExecutionStatus::PendingRedrive, TaskState::Working),
+            (ExecutionStatus::Succeeded, TaskState::Completed),
+            (ExecutionStatus::Failed, TaskState::Failed),
+            (ExecutionStatus::TimedOut, TaskState::Failed),
+            (ExecutionStatus::Aborted, TaskState::Cancelled),
+            (ExecutionStatus::from("SOMETHING_NEW"), TaskState::Unknown),
+        ];
+        for (status, want) in table {
+            assert_eq!(state(&status), want, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn names_render_from_arguments_and_are_sanitised() {
+        let args = json!({"service": "web api", "version": 42});
+        assert_eq!(
+            render_name("deploy-{service}-{version}", &args).expect("ok"),
+            "deploy-web-api-42"
+        );
+        assert!(
+            render_name("x-{missing}", &args)
+                .expect_err("missing")
+                .contains("missing")
+        );
+        assert_eq!(render_name(&"a".repeat(100), &args).expect("ok").len(), 80);
+        assert!(check_template("a{b}c").is_ok());
+        assert!(check_template("a{b").is_err());
+        assert!(check_template("a}b").is_err());
+    }
+
+    #[test]
+    fn inputs_and_outputs() {
+        assert_eq!(input(&json!({"a": 1}), None), r#"{"a":1}"#);
+        assert_eq!(input(&json!({"a": 1}), Some("args")), r#"{"args":{"a":1}}"#);
+        assert_eq!(
+            output(Some(r#"{"s": {"n": 2}}"#), Some("/s")),
+            json!({"n": 2})
+        );
+        assert_eq!(output(Some("plain"), None), json!("plain"));
+        assert_eq!(output(None, None), Value::Null);
+    }
+}
