@@ -76,13 +76,14 @@ impl SfnTarget {
             crate::mapping::check_template(template)
                 .map_err(|e| format!("stepfunctions target: execution_name: {e}"))?;
         }
-        if let Some(p) = &t.output_pointer {
-            if !p.is_empty() && !p.starts_with('/') {
-                return Err(
-                    "stepfunctions target: output_pointer must be a JSON pointer such as /summary"
-                        .into(),
-                );
-            }
+        if t.output_pointer
+            .as_ref()
+            .is_some_and(|p| !p.is_empty() && !p.starts_with('/'))
+        {
+            return Err(
+                "stepfunctions target: output_pointer must be a JSON pointer such as /summary"
+                    .into(),
+            );
         }
         Ok(t)
     }

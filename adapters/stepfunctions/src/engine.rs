@@ -306,7 +306,7 @@ impl Engine for StepFunctionsEngine {
             });
         };
         let client = self.client().await;
-        let sent = match response.action {
+        match response.action {
             Action::Accept => {
                 let output = response
                     .content
@@ -339,8 +339,7 @@ impl Engine for StepFunctionsEngine {
                     .map(|_| ())
                     .map_err(|e| classify(e, &self.what("SendTaskFailure")))
             }
-        };
-        sent
+        }
     }
 
     async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {

@@ -8,4 +8,5 @@ mod conformance;
 mod http_tasks;
 mod restart;
 mod stdio;
+mod stepfunctions;
 mod support;

@@ -1,0 +1,215 @@
+//! Step Functions tools through the whole server, against moto running real state machines.
+
+use std::path::Path;
+
+use flowgate_stepfunctions::testing::*;
+use rmcp::model::{CancelTaskParams, TaskStatus, UpdateTaskParams};
+use serde_json::json;
+
+use crate::support::*;
+
+struct Machines {
+    pass_wait_pass: String,
+    failing: String,
+    long_wait: String,
+    approval: String,
+}
+
+async fn machines(url: &str) -> Machines {
+    let admin = admin_client(url);
+    let queue = create_queue(url, &unique("e2e-approvals")).await;
+    Machines {
+        pass_wait_pass: create_machine(&admin, &unique("e2e-pwp"), &pass_wait_pass(2)).await,
+        failing: create_machine(
+            &admin,
+            &unique("e2e-fail"),
+            &failing("Etl.BadInput", "3 rows were malformed"),
+        )
+        .await,
+        long_wait: create_machine(&admin, &unique("e2e-long"), &pass_wait_pass(600)).await,
+        approval: create_machine(&admin, &unique("e2e-ask"), &asks(&queue, "Ship it?")).await,
+    }
+}
+
+fn manifest(dir: &Path, url: &str, m: &Machines) -> std::path::PathBuf {
+    let tool = |name: &str, arn: &str| {
+        format!(
+            "  - name: {name}\n    input_schema: {{type: object, properties: {{name: {{type: string}}}}}}\n    task: required\n    poll_interval_ms: 200\n    target: {{engine: stepfunctions, state_machine_arn: \"{arn}\", endpoint_url: \"{url}\"}}\n"
+        )
+    };
+    let text = format!(
+        "tools:\n{}{}{}{}",
+        tool("greet_slowly", &m.pass_wait_pass),
+        tool("etl", &m.failing),
+        tool("wait_long", &m.long_wait),
+        tool("ship", &m.approval),
+    );
+    let path = dir.join("sfn.yaml");
+    std::fs::write(&path, text).expect("write manifest");
+    path
+}
+
+#[tokio::test]
+async fn stepfunctions_tasks_complete_fail_ask_cancel_and_survive_a_server_restart() {
+    let Some(url) = moto_url() else { return };
+    let m = machines(&url).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = manifest(dir.path(), &url, &m);
+
+    // Started by one server process...
+    let mut first = Server::start(dir.path(), Some(&manifest));
+    let client = http_client(&first.url, true).await;
+    let greeting = start_task(&client, "greet_slowly", json!({"name": "Ada"})).await;
+    let etl = start_task(&client, "etl", json!({})).await;
+    let ship = start_task(&client, "ship", json!({"name": "v42"})).await;
+    let first_poll = get(&client, &greeting).await;
+    assert_eq!(first_poll.task.status(), TaskStatus::Working);
+    drop(client);
+    first.kill();
+
+    // ...answered by another.
+    let second = Server::start(dir.path(), Some(&manifest));
+    let client = http_client(&second.url, true).await;
+
+    let mut seen = vec![];
+    let done = poll_until(
+        &client,
+        &greeting,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut seen,
+    )
+    .await;
+    assert_eq!(seen, [TaskStatus::Working, TaskStatus::Completed]);
+    let text = done["result"]["content"][0]["text"].as_str().expect("text");
+    let output: serde_json::Value = serde_json::from_str(text).expect("json output");
+    assert_eq!(
+        output,
+        json!({"greeting": "hello Ada", "waited": 2}),
+        "the real execution output"
+    );
+    assert_eq!(
+        done["ttlMs"],
+        90u64 * 24 * 3600 * 1000,
+        "Step Functions keeps executions 90 days"
+    );
+
+    let failed = poll_until(
+        &client,
+        &etl,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(failed["status"], "completed");
+    assert_eq!(failed["result"]["isError"], true);
+    let text = failed["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert_eq!(text, "Etl.BadInput: 3 rows were malformed");
+
+    let waiting = poll_until(
+        &client,
+        &ship,
+        &[TaskStatus::InputRequired, TaskStatus::Completed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(waiting["status"], "input_required", "{waiting}");
+    assert_eq!(waiting["statusMessage"], "In state Approve");
+    let (key, request) = waiting["inputRequests"]
+        .as_object()
+        .and_then(|m| m.iter().next())
+        .expect("request");
+    assert!(key.starts_with("sfn-"), "{key}");
+    assert_eq!(request["params"]["message"], "Ship it?");
+    let mut answer = UpdateTaskParams::new(ship.clone(), Default::default());
+    answer.input_responses.insert(
+        key.clone(),
+        json!({"action": "accept", "content": {"answer": "yes, ship"}}),
+    );
+    client.update_task(answer).await.expect("tasks/update");
+    let shipped = poll_until(
+        &client,
+        &ship,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    let text = shipped["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    let output: serde_json::Value = serde_json::from_str(text).expect("json output");
+    assert_eq!(
+        output["approval"],
+        json!({"answer": "yes, ship"}),
+        "{shipped}"
+    );
+
+    let long = start_task(&client, "wait_long", json!({"name": "x"})).await;
+    client
+        .cancel_task(CancelTaskParams::new(long.clone()))
+        .await
+        .expect("tasks/cancel");
+    let cancelled = poll_until(
+        &client,
+        &long,
+        &[
+            TaskStatus::Cancelled,
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+        ],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(cancelled["status"], "cancelled");
+    let admin = admin_client(&url);
+    let listed = admin
+        .list_executions()
+        .state_machine_arn(&m.long_wait)
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(listed.executions().len(), 1);
+    assert_eq!(listed.executions()[0].status.as_str(), "ABORTED");
+    client.cancel().await.ok();
+}
+
+#[tokio::test]
+async fn an_unreachable_engine_is_a_clear_tool_error_and_the_server_keeps_serving() {
+    if moto_url().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("down.yaml");
+    std::fs::write(
+        &path,
+        "tools:\n  - name: nightly\n    target: {engine: stepfunctions, state_machine_arn: 'arn:aws:states:us-east-1:123456789012:stateMachine:nightly', endpoint_url: 'http://127.0.0.1:9'}\n",
+    )
+    .expect("write");
+    let server = Server::start(dir.path(), Some(&path));
+    let client = http_client(&server.url, true).await;
+    let response = client
+        .call_tool_once(call("nightly", json!({})))
+        .await
+        .expect("tools/call");
+    let rmcp::model::CallToolResponse::Complete(result) = response else {
+        panic!("expected a tool error")
+    };
+    assert_eq!(result.is_error, Some(true));
+    let text = serde_json::to_value(&result).expect("json")["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        text.starts_with("nightly: stepfunctions: unavailable: StartExecution on arn:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("could not be reached") && text.contains("nothing was started"),
+        "{text}"
+    );
+    assert_eq!(
+        client.list_all_tools().await.expect("still serving").len(),
+        1
+    );
+}
