@@ -45,10 +45,12 @@ mod engine;
 mod error;
 mod history;
 mod mapping;
+mod policy;
 mod sync_host;
 
 pub use config::{SfnTarget, WorkflowType};
 pub use engine::StepFunctionsEngine;
+pub use policy::policies;
 
 /// The engine kind manifests name: `engine: stepfunctions`.
 pub const KIND: &str = "stepfunctions";

@@ -7,10 +7,14 @@
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::FlowgateServer;
 
@@ -46,4 +50,33 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     Router::new()
         .nest_service("/mcp", service)
         .route("/healthz", get(|| async { "ok\n" }))
+        .layer(axum::middleware::from_fn(request_span))
+}
+
+/// Runs each request inside a span carrying its id, so every log line of the request has
+/// `requestId`: the platform's id when there is one (Cloud Run's trace header, a load
+/// balancer's `x-request-id`, Lambda's `x-amzn-trace-id`), else a fresh one.
+async fn request_span(request: Request, next: Next) -> Response {
+    let (id, mcp_method) = {
+        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+        let id = header("x-request-id")
+            .or_else(|| header("x-cloud-trace-context").and_then(|v| v.split('/').next()))
+            .or_else(|| header("x-amzn-trace-id"))
+            .map(|v| v.chars().take(128).collect::<String>())
+            .unwrap_or_else(|| format!("{:016x}", fresh_id()));
+        (id, header("mcp-method").unwrap_or("").to_owned())
+    };
+    let span = tracing::info_span!("request", requestId = %id, mcpMethod = %mcp_method);
+    next.run(request).instrument(span).await
+}
+
+/// The clock mixed with a per-process counter: unique enough to correlate log lines.
+fn fresh_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    nanos ^ NEXT.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
 }

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::env_vars;
+
 /// Workflow executions as MCP tools whose calls run as MCP tasks.
 #[derive(Debug, Parser)]
 #[command(name = "flowgate", version)]
@@ -21,6 +23,13 @@ pub(crate) enum Command {
         /// The manifest file or folder.
         manifest: PathBuf,
     },
+    /// Print the least-privilege cloud permissions a manifest's tools need (AWS IAM policy).
+    Policy {
+        /// The manifest file or folder.
+        manifest: PathBuf,
+    },
+    /// List the environment variables flowgate reads.
+    Env,
     /// List the tools a manifest declares.
     Tools {
         /// The manifest file or folder.
@@ -38,12 +47,13 @@ pub(crate) enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// The manifest file or folder; the bundled example when absent.
-    #[arg(long, short, env = "FLOWGATE_MANIFEST")]
+    /// The manifest file or folder; the bundled example when absent (and no inline manifest
+    /// is in FLOWGATE_MANIFEST_YAML).
+    #[arg(long, short, env = env_vars::MANIFEST)]
     pub(crate) manifest: Option<PathBuf>,
-    /// The HTTP listen address.
-    #[arg(long, env = "FLOWGATE_LISTEN", default_value = "127.0.0.1:8080")]
-    pub(crate) listen: String,
+    /// The HTTP listen address [default: 0.0.0.0:$PORT when PORT is set, else 127.0.0.1:8080].
+    #[arg(long, env = env_vars::LISTEN)]
+    pub(crate) listen: Option<String>,
     /// Serve over stdin/stdout instead of HTTP.
     #[arg(long)]
     pub(crate) stdio: bool,
@@ -51,15 +61,15 @@ pub(crate) struct ServeArgs {
     /// separated); `*` turns the check off.
     #[arg(
         long = "allowed-host",
-        env = "FLOWGATE_ALLOWED_HOSTS",
+        env = env_vars::ALLOWED_HOSTS,
         value_delimiter = ','
     )]
     pub(crate) allowed_hosts: Vec<String>,
     /// Where the local engine keeps its runs.
-    #[arg(long, env = "FLOWGATE_STATE_DIR")]
+    #[arg(long, env = env_vars::STATE_DIR)]
     pub(crate) state_dir: Option<PathBuf>,
     /// Seconds a call waits for its result when the client cannot take a task.
-    #[arg(long, env = "FLOWGATE_SYNC_WAIT_SECS", default_value_t = 60)]
+    #[arg(long, env = env_vars::SYNC_WAIT_SECS, default_value_t = 60)]
     pub(crate) sync_wait_secs: u64,
 }
 

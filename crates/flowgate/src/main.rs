@@ -2,7 +2,11 @@
 //! (`ask`, `status`) that commands run by the local engine call.
 
 mod cli;
+mod env_vars;
 mod helpers;
+mod keys;
+mod logging;
+mod policy;
 mod serve;
 mod setup;
 
@@ -14,6 +18,13 @@ fn main() -> std::process::ExitCode {
         cli::Command::Serve(args) => serve::run(args),
         cli::Command::Check { manifest } => setup::check(&manifest),
         cli::Command::Tools { manifest } => setup::tools(&manifest),
+        cli::Command::Policy { manifest } => policy::print(&manifest),
+        cli::Command::Env => {
+            for (name, what) in env_vars::ENV_VARS {
+                println!("{name:<30} {what}");
+            }
+            std::process::ExitCode::SUCCESS
+        }
         cli::Command::Ask(args) => helpers::ask(args),
         cli::Command::Status { message } => helpers::status(&message.join(" ")),
     }

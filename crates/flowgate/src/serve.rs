@@ -1,21 +1,21 @@
-//! `flowgate serve`: HTTP or stdio, with graceful shutdown.
+//! `flowgate serve`: stdio, AWS Lambda (when `AWS_LAMBDA_RUNTIME_API` is set), or HTTP (on
+//! `$PORT` for Cloud Run), with graceful drain on SIGTERM.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use flowgate_core::handle::{HandleKey, Keyring};
 use flowgate_server::http::{HttpOptions, router};
 use flowgate_server::{FlowgateServer, ServerOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
-use crate::setup;
+use crate::{env_vars, keys, logging, setup};
 
-/// The environment variable holding the handle keys: `kid:base64[,kid:base64...]`.
-const KEYS_ENV: &str = "FLOWGATE_HANDLE_KEYS";
+/// How long in-flight requests may finish after SIGTERM.
+const DRAIN: Duration = Duration::from_secs(8);
 
 pub(crate) fn run(args: ServeArgs) -> ExitCode {
-    init_logging(args.stdio);
+    logging::init(logging::wants_json());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -29,30 +29,17 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
     runtime.block_on(serve(args))
 }
 
-fn init_logging(stdio: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FLOWGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // stdout is the MCP stream in stdio mode; logs always go to stderr.
-    let _ = stdio;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init()
-        .ok();
-}
-
-fn keyring() -> Result<Keyring, String> {
-    match std::env::var(KEYS_ENV) {
-        Ok(spec) => Keyring::parse(&spec).map_err(|e| format!("{KEYS_ENV}: {e}")),
-        Err(_) => {
-            tracing::warn!(
-                "{KEYS_ENV} is not set: task handles are sealed with a random key, so they stop \
-                 opening when this process ends. Set it for any deployment."
-            );
-            let key = HandleKey::random("dev").map_err(|e| e.to_string())?;
-            Ok(Keyring::new(key, Vec::new()))
-        }
-    }
+/// The listen address: `--listen`/`FLOWGATE_LISTEN`, else every interface on `$PORT`, else
+/// loopback port 8080.
+fn listen_address(given: Option<String>) -> String {
+    given
+        .or_else(|| {
+            std::env::var(env_vars::PORT)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .map(|p| format!("0.0.0.0:{p}"))
+        })
+        .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {
@@ -61,9 +48,10 @@ async fn serve(args: ServeArgs) -> ExitCode {
     let Some(tools) = setup::tool_set(args.manifest.as_deref(), &registry) else {
         return ExitCode::FAILURE;
     };
-    let keys = match keyring() {
+    let keys = match keys::load().await {
         Ok(k) => k,
         Err(e) => {
+            tracing::error!("{e}");
             eprintln!("flowgate: {e}");
             return ExitCode::FAILURE;
         }
@@ -83,13 +71,6 @@ async fn serve(args: ServeArgs) -> ExitCode {
             }
         };
     }
-    let listener = match tokio::net::TcpListener::bind(&args.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("flowgate: cannot listen on {}: {e}", args.listen);
-            return ExitCode::FAILURE;
-        }
-    };
     let shutdown = CancellationToken::new();
     let app = router(
         server,
@@ -98,26 +79,68 @@ async fn serve(args: ServeArgs) -> ExitCode {
             shutdown: shutdown.clone(),
         },
     );
+    if std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some() {
+        return serve_lambda(app, tool_count).await;
+    }
+    let listen = listen_address(args.listen);
+    let listener = match tokio::net::TcpListener::bind(&listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("flowgate: cannot listen on {listen}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
-        .unwrap_or(args.listen);
+        .unwrap_or(listen);
     tracing::info!(tools = tool_count, state_dir = %state_dir.display(), "serving MCP on http://{addr}/mcp");
     let signal = shutdown.clone();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             wait_for_signal().await;
-            tracing::info!("shutting down: finishing in-flight requests");
-            signal.cancel();
+            tracing::info!(
+                drain_secs = DRAIN.as_secs(),
+                "shutting down: no new connections; finishing in-flight requests"
+            );
+            // Requests still running when the drain time is up are cut short (Cloud Run sends
+            // SIGKILL 10 s after SIGTERM).
+            tokio::spawn(async move {
+                tokio::time::sleep(DRAIN).await;
+                signal.cancel();
+            });
         })
         .await;
     match served {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            tracing::info!("drained; exiting");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("flowgate: http server: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+#[cfg(feature = "lambda")]
+async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
+    tracing::info!(tools = tool_count, "serving MCP as an AWS Lambda function");
+    match lambda_http::run(app).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flowgate: lambda runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "lambda"))]
+async fn serve_lambda(_app: axum::Router, _tool_count: usize) -> ExitCode {
+    eprintln!(
+        "flowgate: AWS_LAMBDA_RUNTIME_API is set but this build has no Lambda support (cargo feature lambda)"
+    );
+    ExitCode::FAILURE
 }
 
 async fn wait_for_signal() {
@@ -139,4 +162,14 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_address;
+
+    #[test]
+    fn an_explicit_address_wins() {
+        assert_eq!(listen_address(Some("127.0.0.1:9".into())), "127.0.0.1:9");
+    }
 }

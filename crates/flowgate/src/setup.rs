@@ -38,15 +38,19 @@ pub(crate) fn state_dir(given: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("flowgate-state"))
 }
 
-/// Loads `path`, or the bundled example when `None`.
+/// Loads `path`, else an inline manifest from `FLOWGATE_MANIFEST_YAML`, else the bundled
+/// example.
 pub(crate) fn load(path: Option<&Path>) -> Result<Manifest, Vec<ManifestError>> {
-    match path {
-        Some(p) => flowgate_manifest::load_path(p),
-        // The bundled tools use no relative paths; their working folder is the temp folder.
-        None => flowgate_manifest::parse_str(
-            BUNDLED_MANIFEST,
-            &std::env::temp_dir().join("flowgate-bundled.yaml"),
-        ),
+    if let Some(p) = path {
+        return flowgate_manifest::load_path(p);
+    }
+    // Inline and bundled manifests use no relative paths; their folder is the temp folder.
+    let base = std::env::temp_dir();
+    match std::env::var(crate::env_vars::MANIFEST_YAML) {
+        Ok(text) if !text.trim().is_empty() => {
+            flowgate_manifest::parse_str(&text, &base.join(crate::env_vars::MANIFEST_YAML))
+        }
+        _ => flowgate_manifest::parse_str(BUNDLED_MANIFEST, &base.join("flowgate-bundled.yaml")),
     }
 }
 

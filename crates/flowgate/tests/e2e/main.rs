@@ -5,7 +5,10 @@
 
 mod bad_input;
 mod conformance;
+mod deploy;
+mod http_mode;
 mod http_tasks;
+mod lambda;
 mod restart;
 mod stdio;
 mod stepfunctions;

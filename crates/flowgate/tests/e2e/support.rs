@@ -28,18 +28,30 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(state_dir: &Path, manifest: Option<&Path>) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        Server::start_with(state_dir, manifest, &[], None)
+    }
+
+    /// Starts `flowgate serve` with extra environment variables and, optionally, its stderr
+    /// (the logs) in a file.
+    pub(crate) fn start_with(
+        state_dir: &Path,
+        manifest: Option<&Path>,
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> Server {
+        let port = free_port();
         let mut cmd = Command::new(bin());
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .env("FLOWGATE_STATE_DIR", state_dir)
             .env("FLOWGATE_HANDLE_KEYS", KEY)
             .env("FLOWGATE_SYNC_WAIT_SECS", "10")
             .env("FLOWGATE_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(match log {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
+                None => Stdio::inherit(),
+            });
         if let Some(m) = manifest {
             cmd.arg("--manifest").arg(m);
         }
@@ -48,14 +60,7 @@ impl Server {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "flowgate serve did not listen within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_port(port);
         server
     }
 
@@ -69,6 +74,26 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A free loopback port.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// Waits up to 20 s for something to listen on `port`.
+pub(crate) fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listened on port {port} within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

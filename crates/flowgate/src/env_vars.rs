@@ -1,0 +1,64 @@
+//! Every environment variable flowgate reads, in one place, so that deploy files can be checked
+//! against it (the end-to-end tests include this file).
+
+/// `(name, what it holds)` for every variable the binary reads.
+pub(crate) const ENV_VARS: &[(&str, &str)] = &[
+    (MANIFEST, "the manifest file or folder"),
+    (
+        MANIFEST_YAML,
+        "the manifest itself, inline (when no file can be shipped)",
+    ),
+    (LISTEN, "the HTTP listen address"),
+    (
+        PORT,
+        "the port to listen on all interfaces (Cloud Run sets it)",
+    ),
+    (
+        ALLOWED_HOSTS,
+        "Host header values accepted besides loopback; * turns the check off",
+    ),
+    (STATE_DIR, "where the local engine keeps runs"),
+    (
+        SYNC_WAIT_SECS,
+        "the longest synchronous wait for clients without tasks",
+    ),
+    (HANDLE_KEYS, "handle keys: kid:base64key[,kid:base64key...]"),
+    (
+        HANDLE_KEYS_FILE,
+        "a file holding the handle keys (a mounted secret)",
+    ),
+    (
+        HANDLE_KEYS_SSM,
+        "an SSM parameter (SecureString) holding the handle keys",
+    ),
+    (
+        HANDLE_KEYS_SECRET,
+        "a Secrets Manager secret holding the handle keys",
+    ),
+    (LOG, "the log filter"),
+    (
+        LOG_FORMAT,
+        "json or text (json by default on Lambda and Cloud Run)",
+    ),
+    (
+        LAMBDA_RUNTIME_API,
+        "set by AWS Lambda: serve Lambda events instead of HTTP",
+    ),
+    (CLOUD_RUN_SERVICE, "set by Cloud Run"),
+];
+
+pub(crate) const MANIFEST: &str = "FLOWGATE_MANIFEST";
+pub(crate) const MANIFEST_YAML: &str = "FLOWGATE_MANIFEST_YAML";
+pub(crate) const LISTEN: &str = "FLOWGATE_LISTEN";
+pub(crate) const PORT: &str = "PORT";
+pub(crate) const ALLOWED_HOSTS: &str = "FLOWGATE_ALLOWED_HOSTS";
+pub(crate) const STATE_DIR: &str = "FLOWGATE_STATE_DIR";
+pub(crate) const SYNC_WAIT_SECS: &str = "FLOWGATE_SYNC_WAIT_SECS";
+pub(crate) const HANDLE_KEYS: &str = "FLOWGATE_HANDLE_KEYS";
+pub(crate) const HANDLE_KEYS_FILE: &str = "FLOWGATE_HANDLE_KEYS_FILE";
+pub(crate) const HANDLE_KEYS_SSM: &str = "FLOWGATE_HANDLE_KEYS_SSM";
+pub(crate) const HANDLE_KEYS_SECRET: &str = "FLOWGATE_HANDLE_KEYS_SECRET";
+pub(crate) const LOG: &str = "FLOWGATE_LOG";
+pub(crate) const LOG_FORMAT: &str = "FLOWGATE_LOG_FORMAT";
+pub(crate) const LAMBDA_RUNTIME_API: &str = "AWS_LAMBDA_RUNTIME_API";
+pub(crate) const CLOUD_RUN_SERVICE: &str = "K_SERVICE";

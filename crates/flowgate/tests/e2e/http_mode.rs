@@ -1,0 +1,183 @@
+//! HTTP mode as Cloud Run runs it: `$PORT`, allowed hosts, JSON logs with request ids, and a
+//! graceful drain on SIGTERM.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+fn post(
+    port: u16,
+    host: &str,
+    method: &str,
+    name: Option<&str>,
+    params: Value,
+) -> reqwest::RequestBuilder {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "http-mode", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let mut req = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/mcp"))
+        .header("host", host)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("x-request-id", format!("test-{method}"))
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string());
+    if let Some(n) = name {
+        req = req.header("mcp-name", n);
+    }
+    req
+}
+
+#[tokio::test]
+async fn port_hosts_logs_and_a_graceful_drain() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let log = state.path().join("server.log");
+    let port = free_port();
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .env("PORT", port.to_string())
+        .env("FLOWGATE_ALLOWED_HOSTS", "svc-abc.a.run.app")
+        .env("FLOWGATE_STATE_DIR", state.path())
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG", "debug")
+        .env("FLOWGATE_LOG_FORMAT", "json")
+        .env_remove("FLOWGATE_LISTEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
+        .spawn()
+        .expect("spawn");
+    wait_for_port(port);
+
+    // The configured host is served; another host is refused.
+    let ok = post(port, "svc-abc.a.run.app", "tools/list", None, json!({}))
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(ok.status().as_u16(), 200);
+    let refused = post(port, "evil.example", "tools/list", None, json!({}))
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(refused.status().as_u16(), 403, "a host that is not allowed");
+
+    // A slow synchronous call is in flight when SIGTERM arrives: it still gets its answer.
+    let slow = tokio::spawn(
+        post(
+            port,
+            "svc-abc.a.run.app",
+            "tools/call",
+            Some("long_job"),
+            json!({"name": "long_job", "arguments": {"steps": 2}}),
+        )
+        .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let answer = slow
+        .await
+        .expect("join")
+        .expect("the in-flight request was answered");
+    assert_eq!(answer.status().as_u16(), 200);
+    let body: Value = answer.json().await.expect("json");
+    assert_eq!(
+        body["result"]["structuredContent"],
+        json!({"steps": 2, "finished": true}),
+        "{body}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not exit after draining"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "no longer listening"
+    );
+
+    // Every log line is one JSON object; request lines carry the request id; the key is absent.
+    let text = std::fs::read_to_string(&log).expect("read log");
+    let secret = KEY.split_once(':').map(|(_, s)| s).expect("key");
+    assert!(!text.contains(secret), "the handle key reached the log");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.iter().all(|l| l["severity"].is_string()
+        && l["timestamp"].is_string()
+        && l["message"].is_string()));
+    let call_lines: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["mcpMethod"] == "tools/call")
+        .collect();
+    assert!(
+        !call_lines.is_empty(),
+        "the tools/call request logged nothing: {text}"
+    );
+    assert!(
+        call_lines
+            .iter()
+            .all(|l| l["requestId"] == "test-tools/call"),
+        "{call_lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l["message"] == "drained; exiting"),
+        "{text}"
+    );
+}
+
+#[test]
+fn conflicting_key_sources_are_refused_without_printing_a_key() {
+    let out = Command::new(bin())
+        .arg("serve")
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_HANDLE_KEYS_FILE", "/nonexistent")
+        .env("FLOWGATE_LOG_FORMAT", "text")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("set only one handle key source"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(KEY.split_once(':').map(|(_, s)| s).unwrap_or("")),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("keys");
+    std::fs::write(&file, "k1:dG9vLXNob3J0\n").expect("write");
+    let out = Command::new(bin())
+        .arg("serve")
+        .env_remove("FLOWGATE_HANDLE_KEYS")
+        .env("FLOWGATE_HANDLE_KEYS_FILE", &file)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("FLOWGATE_HANDLE_KEYS_FILE: invalid handle key") && stderr.contains("32"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("dG9vLXNob3J0"), "{stderr}");
+}
