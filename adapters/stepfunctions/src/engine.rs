@@ -55,6 +55,20 @@ impl StepFunctionsEngine {
         }
     }
 
+    async fn describe(
+        &self,
+        execution: &ExecutionRef,
+    ) -> Result<aws_sdk_sfn::operation::describe_execution::DescribeExecutionOutput, EngineError>
+    {
+        self.client()
+            .await
+            .describe_execution()
+            .execution_arn(&execution.0)
+            .send()
+            .await
+            .map_err(|e| classify(e, &self.what("DescribeExecution")))
+    }
+
     async fn history(&self, execution: &ExecutionRef) -> Result<HistoryView, EngineError> {
         let page = self
             .client()
@@ -166,14 +180,7 @@ impl Engine for StepFunctionsEngine {
             // A retried call with a named execution reaches the execution it started before.
             Err(e) if already_exists(&e) && self.target.execution_name.is_some() => {
                 let execution = ExecutionRef(self.target.execution_arn(&name));
-                let d = self
-                    .client()
-                    .await
-                    .describe_execution()
-                    .execution_arn(&execution.0)
-                    .send()
-                    .await
-                    .map_err(|e| classify(e, &self.what("DescribeExecution")))?;
+                let d = self.describe(&execution).await?;
                 tracing::info!(execution = %execution, "start reached an existing execution of the same name");
                 Ok(Started {
                     execution,
@@ -233,14 +240,7 @@ impl Engine for StepFunctionsEngine {
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         self.check_owned(execution)?;
-        let d = self
-            .client()
-            .await
-            .describe_execution()
-            .execution_arn(&execution.0)
-            .send()
-            .await
-            .map_err(|e| classify(e, &self.what("DescribeExecution")))?;
+        let d = self.describe(execution).await?;
         let created = mapping::time(&d.start_date);
         let mut record =
             ExecutionRecord::new(mapping::state(&d.status), d.status.as_str(), created);

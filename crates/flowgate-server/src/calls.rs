@@ -8,7 +8,7 @@ use flowgate_core::{ExecutionRecord, StartRequest, Started};
 use flowgate_manifest::TaskSupport;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
-    CreateTaskResult, ErrorCode, ProtocolVersion, ResultType, Task, TaskStatus,
+    CreateTaskResult, ErrorCode, ResultType, Task, TaskStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -22,18 +22,6 @@ use crate::{FlowgateServer, ToolEntry, principal};
 /// The longest a synchronous wait sleeps between polls, whatever the tool's poll interval.
 const SYNC_POLL_CAP: Duration = Duration::from_millis(250);
 
-/// Whether this request may get a `CreateTaskResult`: it declared the tasks extension and
-/// speaks 2026-07-28 (older protocol versions never get tasks from this server).
-fn takes_tasks(ctx: &RequestContext<RoleServer>) -> bool {
-    let modern = ctx
-        .protocol_version()
-        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
-    modern
-        && ctx
-            .client_capabilities()
-            .is_some_and(|c| c.supports_tasks())
-}
-
 impl FlowgateServer {
     pub(crate) async fn call(
         &self,
@@ -46,7 +34,7 @@ impl FlowgateServer {
                 None,
             ));
         };
-        let as_task = takes_tasks(&ctx);
+        let as_task = crate::client::takes_tasks(&ctx);
         if entry.spec.task == TaskSupport::Required && !as_task {
             return Err(ErrorData::missing_required_client_capability(
                 ClientCapabilities::builder().enable_tasks().build(),

@@ -11,6 +11,7 @@
 //! - [`http`]: stateless Streamable HTTP at `/mcp`; [`stdio`]: the same server over stdio.
 
 mod calls;
+mod client;
 mod errors;
 mod handler;
 pub mod http;

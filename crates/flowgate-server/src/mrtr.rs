@@ -18,7 +18,6 @@ use chrono::Utc;
 use flowgate_core::{Action, InputResponse};
 use rmcp::model::{
     CallToolResult, ContentBlock, InputRequests, InputRequiredResult, InputResponses,
-    ProtocolVersion,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -66,17 +65,6 @@ fn invalid_state() -> ErrorData {
         "requestState is invalid, expired, or belongs to another call; call the tool again without it",
         None,
     )
-}
-
-/// Whether this request may get an `InputRequiredResult` with form elicitations.
-fn can_elicit(ctx: &RequestContext<RoleServer>) -> bool {
-    let modern = ctx
-        .protocol_version()
-        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
-    modern
-        && ctx
-            .client_capabilities()
-            .is_some_and(|c| c.elicitation.is_some())
 }
 
 impl FlowgateServer {
@@ -154,7 +142,7 @@ impl FlowgateServer {
             .iter()
             .filter(|e| !arguments.contains_key(&e.argument) && !gathered.contains_key(&e.argument))
             .collect();
-        if missing.is_empty() || !can_elicit(ctx) {
+        if missing.is_empty() || !crate::client::can_elicit(ctx) {
             // Without the elicitation capability, schema validation names what is missing.
             arguments.extend(gathered);
             return Ok(Gathered::Ready(arguments));

@@ -1,7 +1,7 @@
 //! The task flows over HTTP with rmcp's client: complete, fail, ask, cancel, and the
 //! synchronous answer for clients without the tasks extension.
 
-use rmcp::model::{CallToolResponse, CancelTaskParams, TaskStatus, UpdateTaskParams};
+use rmcp::model::{CallToolResponse, CancelTaskParams, TaskStatus};
 use serde_json::json;
 
 use crate::support::*;
@@ -117,26 +117,25 @@ async fn an_approval_waits_for_input_and_uses_the_answer() {
     assert_eq!(waiting["statusMessage"], "waiting for approval");
 
     // A response to a key that is not outstanding is ignored, and the task keeps waiting.
-    let mut stray = UpdateTaskParams::new(id.clone(), Default::default());
-    stray.input_responses.insert(
-        "q99".into(),
+    answer(
+        &client,
+        &id,
+        "q99",
         json!({"action": "accept", "content": {"approve": true}}),
-    );
-    client
-        .update_task(stray)
-        .await
-        .expect("stray update is acked");
+    )
+    .await;
     assert_eq!(
         get(&client, &id).await.task.status(),
         TaskStatus::InputRequired
     );
 
-    let mut answer = UpdateTaskParams::new(id.clone(), Default::default());
-    answer.input_responses.insert(
-        key.clone(),
+    answer(
+        &client,
+        &id,
+        key,
         json!({"action": "accept", "content": {"approve": true, "reason": "CHG-42"}}),
-    );
-    client.update_task(answer).await.expect("tasks/update");
+    )
+    .await;
     let mut seen = vec![];
     let done = poll_until(
         &client,
@@ -147,8 +146,7 @@ async fn an_approval_waits_for_input_and_uses_the_answer() {
     .await;
     assert!(!seen.contains(&TaskStatus::InputRequired), "{seen:?}");
     assert_eq!(done["result"]["isError"], false, "{done}");
-    let text = done["result"]["content"][0]["text"].as_str().expect("text");
-    let output: serde_json::Value = serde_json::from_str(text).expect("JSON output");
+    let output = result_json(&done);
     assert_eq!(output["deployed"], true);
     assert_eq!(
         output["approval"],
@@ -168,15 +166,13 @@ async fn a_declined_approval_ends_with_a_tool_error() {
     )
     .await;
     let waiting = poll_until(&client, &id, &[TaskStatus::InputRequired], &mut vec![]).await;
-    let key = waiting["inputRequests"]
-        .as_object()
-        .and_then(|m| m.keys().next().cloned())
-        .expect("key");
-    let mut decline = UpdateTaskParams::new(id.clone(), Default::default());
-    decline
-        .input_responses
-        .insert(key, json!({"action": "decline"}));
-    client.update_task(decline).await.expect("tasks/update");
+    answer(
+        &client,
+        &id,
+        &first_input_key(&waiting),
+        json!({"action": "decline"}),
+    )
+    .await;
     let done = poll_until(
         &client,
         &id,

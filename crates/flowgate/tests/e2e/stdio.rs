@@ -1,6 +1,6 @@
 //! The same flow over stdio.
 
-use rmcp::model::{TaskStatus, UpdateTaskParams};
+use rmcp::model::TaskStatus;
 use serde_json::json;
 
 use crate::support::*;
@@ -26,16 +26,14 @@ async fn tasks_work_over_stdio() {
     )
     .await;
     let waiting = poll_until(&client, &id, &[TaskStatus::InputRequired], &mut vec![]).await;
-    let key = waiting["inputRequests"]
-        .as_object()
-        .and_then(|m| m.keys().next().cloned())
-        .expect("key");
-    let mut answer = UpdateTaskParams::new(id.clone(), Default::default());
-    answer.input_responses.insert(
-        key,
+    let key = first_input_key(&waiting);
+    answer(
+        &client,
+        &id,
+        &key,
         json!({"action": "accept", "content": {"approve": true}}),
-    );
-    client.update_task(answer).await.expect("tasks/update");
+    )
+    .await;
     let done = poll_until(
         &client,
         &id,

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use flowgate_stepfunctions::testing::*;
-use rmcp::model::{CancelTaskParams, TaskStatus, UpdateTaskParams};
+use rmcp::model::{CancelTaskParams, TaskStatus};
 use serde_json::json;
 
 use crate::support::*;
@@ -80,8 +80,7 @@ async fn stepfunctions_tasks_complete_fail_ask_cancel_and_survive_a_server_resta
     )
     .await;
     assert_eq!(seen, [TaskStatus::Working, TaskStatus::Completed]);
-    let text = done["result"]["content"][0]["text"].as_str().expect("text");
-    let output: serde_json::Value = serde_json::from_str(text).expect("json output");
+    let output = result_json(&done);
     assert_eq!(
         output,
         json!({"greeting": "hello Ada", "waited": 2}),
@@ -122,12 +121,13 @@ async fn stepfunctions_tasks_complete_fail_ask_cancel_and_survive_a_server_resta
         .expect("request");
     assert!(key.starts_with("sfn-"), "{key}");
     assert_eq!(request["params"]["message"], "Ship it?");
-    let mut answer = UpdateTaskParams::new(ship.clone(), Default::default());
-    answer.input_responses.insert(
-        key.clone(),
+    answer(
+        &client,
+        &ship,
+        key,
         json!({"action": "accept", "content": {"answer": "yes, ship"}}),
-    );
-    client.update_task(answer).await.expect("tasks/update");
+    )
+    .await;
     let shipped = poll_until(
         &client,
         &ship,
@@ -135,10 +135,7 @@ async fn stepfunctions_tasks_complete_fail_ask_cancel_and_survive_a_server_resta
         &mut vec![],
     )
     .await;
-    let text = shipped["result"]["content"][0]["text"]
-        .as_str()
-        .expect("text");
-    let output: serde_json::Value = serde_json::from_str(text).expect("json output");
+    let output = result_json(&shipped);
     assert_eq!(
         output["approval"],
         json!({"answer": "yes, ship"}),

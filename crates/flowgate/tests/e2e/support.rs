@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use rmcp::RoleClient;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, GetTaskParams,
-    GetTaskResult, Implementation, ProtocolVersion, TaskStatus,
+    GetTaskResult, Implementation, ProtocolVersion, TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -186,6 +186,29 @@ pub(crate) async fn poll_until(
         assert!(Instant::now() < deadline, "task stuck; seen {seen:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Sends one `tasks/update` answering `key` with `response` (an elicitation result).
+pub(crate) async fn answer(client: &Client, task_id: &str, key: &str, response: Value) {
+    let mut params = UpdateTaskParams::new(task_id.to_owned(), Default::default());
+    params.input_responses.insert(key.to_owned(), response);
+    client.update_task(params).await.expect("tasks/update");
+}
+
+/// The key of the first outstanding input request of a `tasks/get` result.
+pub(crate) fn first_input_key(task: &Value) -> String {
+    task["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .unwrap_or_else(|| panic!("no inputRequests in {task}"))
+}
+
+/// The text of a completed task's result, parsed as JSON.
+pub(crate) fn result_json(task: &Value) -> Value {
+    let text = task["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {task}"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 /// Every run folder of the local engine under `state_dir`.
