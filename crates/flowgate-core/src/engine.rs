@@ -80,6 +80,16 @@ pub struct ListFilter {
     pub limit: Option<usize>,
 }
 
+impl ListFilter {
+    /// Executions started for `principal_digest`, at most `limit` of them.
+    pub fn for_principal(principal_digest: impl Into<String>, limit: Option<usize>) -> Self {
+        ListFilter {
+            principal_digest: Some(principal_digest.into()),
+            limit,
+        }
+    }
+}
+
 /// One line of [`Engine::list`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionSummary {

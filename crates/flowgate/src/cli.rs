@@ -23,7 +23,8 @@ pub(crate) enum Command {
         /// The manifest file or folder.
         manifest: PathBuf,
     },
-    /// Print the least-privilege cloud permissions a manifest's tools need (AWS IAM policy).
+    /// Print the least-privilege cloud permissions a manifest's tools need (AWS IAM policy,
+    /// Google Cloud IAM roles).
     Policy {
         /// The manifest file or folder.
         manifest: PathBuf,

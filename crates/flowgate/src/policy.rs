@@ -38,6 +38,26 @@ pub(crate) fn print(path: &Path) -> ExitCode {
             out.insert("aws".into(), flowgate_stepfunctions::policies(&targets));
         }
     }
+    #[cfg(feature = "google-workflows")]
+    {
+        let mut targets = Vec::new();
+        for tool in manifest
+            .tools
+            .iter()
+            .filter(|t| t.target.engine == flowgate_google_workflows::KIND)
+        {
+            match flowgate_google_workflows::GcwTarget::from_manifest(&tool.target.config) {
+                Ok(t) => targets.push(t),
+                Err(e) => {
+                    eprintln!("{}", tool.target.location.error(e));
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        if !targets.is_empty() {
+            out.insert("gcp".into(), flowgate_google_workflows::roles(&targets));
+        }
+    }
     let engines: Vec<&str> = manifest
         .tools
         .iter()

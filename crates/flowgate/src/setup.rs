@@ -23,6 +23,8 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
     );
     #[cfg(feature = "stepfunctions")]
     flowgate_stepfunctions::register(&mut registry);
+    #[cfg(feature = "google-workflows")]
+    flowgate_google_workflows::register(&mut registry);
     let _ = state_dir;
     registry
 }

@@ -105,6 +105,13 @@ fn flowgate_policy_names_exactly_the_machines_and_actions() {
     );
     let local = policy_for("tools:\n  - name: a\n    target: {engine: local, command: [true]}\n");
     assert!(local.get("aws").is_none());
+    let gcw = policy_for(
+        "tools:\n  - name: a\n    target: {engine: google-workflows, project: p1, location: europe-west1, workflow: etl}\n",
+    );
+    assert_eq!(
+        gcw["gcp"],
+        serde_json::json!([{"project": "p1", "role": "roles/workflows.invoker", "workflows": ["projects/p1/locations/europe-west1/workflows/etl"]}])
+    );
 }
 
 #[test]

@@ -1,0 +1,165 @@
+//! A tool's Workflows target, from its manifest.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// The execution's call logging level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallLogLevel {
+    /// Log every call and its result.
+    LogAllCalls,
+    /// Log only calls that raise.
+    LogErrorsOnly,
+    /// Log no calls.
+    LogNone,
+}
+
+/// What to ask while a step waits on a callback.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputSpec {
+    /// The question.
+    pub message: String,
+    /// The form's JSON Schema (an object with flat properties).
+    #[serde(default = "default_schema")]
+    pub requested_schema: Value,
+}
+
+fn default_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]})
+}
+
+/// The `target` block of a `google-workflows` tool.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcwTarget {
+    /// The Google Cloud project.
+    pub project: String,
+    /// The workflow's location (`us-central1`).
+    pub location: String,
+    /// The workflow id.
+    pub workflow: String,
+    /// Another endpoint (a test fake): then no credentials are sent.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// The execution's call log level (the workflow's own setting by default).
+    #[serde(default)]
+    pub call_log_level: Option<CallLogLevel>,
+    /// What to ask while a step waits on a callback, by step name (`"*"`: any step).
+    #[serde(default)]
+    pub inputs: BTreeMap<String, InputSpec>,
+}
+
+impl GcwTarget {
+    /// Reads a manifest `target` block (without its `engine` key).
+    ///
+    /// # Errors
+    /// A message naming the offending key.
+    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, String> {
+        let t: GcwTarget = serde_json::from_value(Value::Object(target.clone()))
+            .map_err(|e| format!("google-workflows target: {e}"))?;
+        for (key, value) in [
+            ("project", &t.project),
+            ("location", &t.location),
+            ("workflow", &t.workflow),
+        ] {
+            if value.is_empty() || value.contains('/') {
+                return Err(format!(
+                    "google-workflows target: {key} {value:?} must be a plain id"
+                ));
+            }
+        }
+        Ok(t)
+    }
+
+    /// `projects/P/locations/L/workflows/W`.
+    pub fn parent(&self) -> String {
+        format!(
+            "projects/{}/locations/{}/workflows/{}",
+            self.project, self.location, self.workflow
+        )
+    }
+
+    /// Whether an execution name belongs to this tool's workflow.
+    pub(crate) fn owns(&self, name: &str) -> bool {
+        let prefix = format!("{}/executions/", self.parent());
+        name.strip_prefix(&prefix)
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+    }
+
+    /// The base URL of the REST API.
+    pub(crate) fn base_url(&self) -> String {
+        self.endpoint
+            .clone()
+            .unwrap_or_else(|| "https://workflowexecutions.googleapis.com".to_owned())
+            .trim_end_matches('/')
+            .to_owned()
+    }
+
+    /// What to ask while `step` waits.
+    pub(crate) fn input_for(&self, step: Option<&str>) -> InputSpec {
+        step.and_then(|s| self.inputs.get(s))
+            .or_else(|| self.inputs.get("*"))
+            .cloned()
+            .unwrap_or_else(|| InputSpec {
+                message: match step {
+                    Some(s) => format!("The workflow is waiting in step {s}; what should it get?"),
+                    None => "The workflow is waiting for an answer.".to_owned(),
+                },
+                requested_schema: default_schema(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<GcwTarget, String> {
+        GcwTarget::from_manifest(v.as_object().expect("object"))
+    }
+
+    #[test]
+    fn names_and_inputs() {
+        let t = parse(json!({
+            "project": "p", "location": "europe-west1", "workflow": "etl",
+            "inputs": {"await_approval": {"message": "Ship?"}}
+        }))
+        .expect("ok");
+        assert_eq!(
+            t.parent(),
+            "projects/p/locations/europe-west1/workflows/etl"
+        );
+        assert!(t.owns("projects/p/locations/europe-west1/workflows/etl/executions/abc"));
+        assert!(!t.owns("projects/p/locations/europe-west1/workflows/other/executions/abc"));
+        assert!(!t.owns("projects/p/locations/europe-west1/workflows/etl/executions/a/b"));
+        assert_eq!(t.input_for(Some("await_approval")).message, "Ship?");
+        assert!(t.input_for(Some("other")).message.contains("other"));
+        assert_eq!(t.base_url(), "https://workflowexecutions.googleapis.com");
+    }
+
+    #[test]
+    fn bad_targets_are_named() {
+        assert!(
+            parse(json!({"project": "p", "location": "l"}))
+                .expect_err("missing")
+                .contains("workflow")
+        );
+        assert!(
+            parse(json!({"project": "p", "location": "l", "workflow": "w", "region": "x"}))
+                .expect_err("typo")
+                .contains("region")
+        );
+        assert!(parse(json!({"project": "p/x", "location": "l", "workflow": "w"})).is_err());
+        assert!(
+            parse(
+                json!({"project": "p", "location": "l", "workflow": "w", "call_log_level": "loud"})
+            )
+            .is_err()
+        );
+    }
+}

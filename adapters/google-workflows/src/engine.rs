@@ -1,0 +1,297 @@
+//! The [`Engine`] implementation over the Workflows Executions API.
+
+use async_trait::async_trait;
+use flowgate_core::{
+    Capabilities, Engine, EngineError, EngineFailure, ExecutionRecord, ExecutionRef,
+    ExecutionSummary, InputRequest, InputResponse, ListFilter, StartRequest, Started, TaskState,
+};
+use google_cloud_workflows_executions_v1::client::Executions;
+use google_cloud_workflows_executions_v1::model::{Execution, ExecutionView, execution};
+use tokio::sync::OnceCell;
+
+use crate::callbacks::{Auth, Rest};
+use crate::error::classify;
+use crate::{CallLogLevel, GcwTarget, KIND, mapping};
+
+/// Label keys flowgate puts on the executions it starts.
+const TOOL_LABEL: &str = "flowgate-tool";
+const PRINCIPAL_LABEL: &str = "flowgate-principal";
+
+/// The Workflows engine bound to one tool's workflow.
+#[derive(Debug)]
+pub struct WorkflowsEngine {
+    target: GcwTarget,
+    /// Built on first use (credentials may need the metadata server); a cache of clients,
+    /// never of task state.
+    clients: OnceCell<(Executions, Rest)>,
+}
+
+impl WorkflowsEngine {
+    /// An engine for `target`; nothing is called until the first operation.
+    pub fn new(target: GcwTarget) -> Self {
+        WorkflowsEngine {
+            target,
+            clients: OnceCell::new(),
+        }
+    }
+
+    async fn clients(&self) -> Result<&(Executions, Rest), EngineError> {
+        self.clients.get_or_try_init(|| build(&self.target)).await
+    }
+
+    fn what(&self, call: &str) -> String {
+        format!("{call} on {}", self.target.parent())
+    }
+
+    fn check_owned(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
+        if self.target.owns(&execution.0) {
+            Ok(())
+        } else {
+            Err(EngineError::NotFound {
+                engine: KIND,
+                what: "an execution of another workflow".into(),
+            })
+        }
+    }
+
+    /// The waiting callbacks of a running execution, with what to ask for each.
+    async fn waiting(
+        &self,
+        execution: &ExecutionRef,
+        step: Option<&str>,
+    ) -> Result<Vec<InputRequest>, EngineError> {
+        let (_, rest) = self.clients().await?;
+        let spec = self.target.input_for(step);
+        Ok(rest
+            .list(&execution.0)
+            .await?
+            .into_iter()
+            .filter(|c| c.has_waiters())
+            .map(|c| InputRequest {
+                key: c.id().to_owned(),
+                message: spec.message.clone(),
+                requested_schema: spec.requested_schema.clone(),
+            })
+            .collect())
+    }
+}
+
+async fn build(target: &GcwTarget) -> Result<(Executions, Rest), EngineError> {
+    // flowgate's server retries passing faults with its own backoff; the client must not retry
+    // underneath it (that would multiply the waits).
+    let mut builder =
+        Executions::builder().with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
+    let auth = match &target.endpoint {
+        Some(endpoint) => {
+            builder = builder.with_endpoint(endpoint.clone()).with_credentials(
+                google_cloud_auth::credentials::anonymous::Builder::new().build(),
+            );
+            Auth::Anonymous
+        }
+        None => {
+            let creds = google_cloud_auth::credentials::Builder::default()
+                .build_access_token_credentials()
+                .map_err(|e| EngineError::Denied {
+                    engine: KIND,
+                    message: format!(
+                        "no Google credentials (Application Default Credentials): {e}"
+                    ),
+                })?;
+            Auth::Token(creds)
+        }
+    };
+    let client = builder
+        .build()
+        .await
+        .map_err(|e| EngineError::Unavailable {
+            engine: KIND,
+            message: format!("cannot build the Workflows client: {e}"),
+            source: None,
+        })?;
+    let rest = Rest {
+        http: reqwest::Client::new(),
+        base: target.base_url(),
+        auth,
+    };
+    Ok((client, rest))
+}
+
+#[async_trait]
+impl Engine for WorkflowsEngine {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
+        let (client, _) = self.clients().await?;
+        let mut execution = Execution::new()
+            .set_argument(request.arguments.to_string())
+            .set_labels([
+                (TOOL_LABEL.to_owned(), mapping::label_value(&request.tool)),
+                (
+                    PRINCIPAL_LABEL.to_owned(),
+                    mapping::label_value(&request.principal_digest),
+                ),
+            ]);
+        if let Some(level) = self.target.call_log_level {
+            execution = execution.set_call_log_level(match level {
+                CallLogLevel::LogAllCalls => execution::CallLogLevel::LogAllCalls,
+                CallLogLevel::LogErrorsOnly => execution::CallLogLevel::LogErrorsOnly,
+                CallLogLevel::LogNone => execution::CallLogLevel::LogNone,
+            });
+        }
+        let created = client
+            .create_execution()
+            .set_parent(self.target.parent())
+            .set_execution(execution)
+            .send()
+            .await
+            .map_err(|e| classify(e, &self.what("executions.create")))?;
+        let created_at =
+            mapping::time(created.start_time.as_ref()).unwrap_or_else(chrono::Utc::now);
+        Ok(Started {
+            execution: ExecutionRef(created.name),
+            created_at,
+        })
+    }
+
+    async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
+        self.check_owned(execution)?;
+        let (client, _) = self.clients().await?;
+        let e = client
+            .get_execution()
+            .set_name(&execution.0)
+            .set_view(ExecutionView::Full)
+            .send()
+            .await
+            .map_err(|e| classify(e, &self.what("executions.get")))?;
+        let created = mapping::time(e.start_time.as_ref()).unwrap_or_default();
+        let mut record = ExecutionRecord::new(
+            mapping::state(&e.state),
+            mapping::state_name(&e.state),
+            created,
+        );
+        record.updated_at = mapping::time(e.end_time.as_ref())
+            .unwrap_or(created)
+            .max(created);
+        record.console_url = Some(format!(
+            "https://console.cloud.google.com/workflows/workflow/{}/{}/execution/{}?project={}",
+            self.target.location,
+            self.target.workflow,
+            execution.0.rsplit('/').next().unwrap_or_default(),
+            self.target.project
+        ));
+        match record.state {
+            TaskState::Completed => record.output = Some(mapping::json_field(&e.result)),
+            TaskState::Failed => {
+                let (payload, context) = e
+                    .error
+                    .as_ref()
+                    .map(|err| (mapping::json_field(&err.payload), err.context.clone()))
+                    .unwrap_or_default();
+                record.failure = Some(EngineFailure {
+                    error: mapping::error_summary(&payload),
+                    cause: Some(if context.is_empty() {
+                        payload.to_string()
+                    } else {
+                        format!("{context}; payload: {payload}")
+                    }),
+                });
+            }
+            TaskState::Unknown => {
+                record.status_message = e.state_error.as_ref().map(|s| s.details.clone());
+            }
+            TaskState::Working => {
+                let step = e
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.current_steps.last())
+                    .map(|s| (s.routine.clone(), s.step.clone()));
+                record.status_message = step.as_ref().map(|(routine, step)| {
+                    if routine.is_empty() || routine == "main" {
+                        format!("In step {step}")
+                    } else {
+                        format!("In step {step} of {routine}")
+                    }
+                });
+                let waiting = self
+                    .waiting(execution, step.as_ref().map(|(_, s)| s.as_str()))
+                    .await?;
+                if !waiting.is_empty() {
+                    record.state = TaskState::InputRequired;
+                    record.input_requests = waiting;
+                }
+            }
+            _ => {}
+        }
+        Ok(record)
+    }
+
+    async fn respond(
+        &self,
+        execution: &ExecutionRef,
+        key: &str,
+        response: InputResponse,
+    ) -> Result<(), EngineError> {
+        self.check_owned(execution)?;
+        let (_, rest) = self.clients().await?;
+        let callback = rest
+            .list(&execution.0)
+            .await?
+            .into_iter()
+            .find(|c| c.id() == key && c.has_waiters())
+            .ok_or_else(|| EngineError::NotFound {
+                engine: KIND,
+                what: format!("no waiting callback {key}"),
+            })?;
+        let body = serde_json::to_value(&response).unwrap_or_default();
+        rest.call(&callback, &body).await
+    }
+
+    async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
+        self.check_owned(execution)?;
+        let (client, _) = self.clients().await?;
+        match client
+            .cancel_execution()
+            .set_name(&execution.0)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => match classify(e, &self.what("executions.cancel")) {
+                // Cancelling a finished execution is not an error.
+                EngineError::InvalidInput { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
+        let (client, _) = self.clients().await?;
+        let mut expr = format!("labels.{TOOL_LABEL}:*");
+        if let Some(p) = &filter.principal_digest {
+            expr = format!("labels.{PRINCIPAL_LABEL}=\"{}\"", mapping::label_value(p));
+        }
+        let page = client
+            .list_executions()
+            .set_parent(self.target.parent())
+            .set_filter(expr)
+            .set_page_size(filter.limit.unwrap_or(100).clamp(1, 1000) as i32)
+            .send()
+            .await
+            .map_err(|e| classify(e, &self.what("executions.list")))?;
+        Ok(page
+            .executions
+            .into_iter()
+            .map(|e| ExecutionSummary {
+                state: mapping::state(&e.state),
+                created_at: mapping::time(e.start_time.as_ref()).unwrap_or_default(),
+                execution: ExecutionRef(e.name),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,126 @@
+//! The Workflows engine against the executions-API fake, whose executions really run their
+//! YAML: the shared engine conformance suite, then what only this engine promises.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flowgate_core::conformance::{Case, Fixture, run_all};
+use flowgate_core::{Engine, ListFilter, StartRequest, TaskState};
+use flowgate_google_workflows::WorkflowsEngine;
+use flowgate_google_workflows::testing::{fake_url, target};
+use serde_json::json;
+
+fn case(url: &str, workflow: &str, arguments: serde_json::Value) -> Case {
+    Case {
+        engine: Arc::new(WorkflowsEngine::new(target(url, workflow, json!({})))),
+        arguments,
+    }
+}
+
+#[tokio::test]
+async fn workflows_engine_passes_the_conformance_suite_on_the_fake() {
+    let Some(url) = fake_url() else { return };
+    let fixture = Fixture {
+        success: case(&url, "sleepy", json!({"name": "Ada", "seconds": 1})),
+        expected_output: json!({"greeting": "hello Ada", "slept": 1}),
+        failure: case(&url, "raises", json!({"day": "2026-12-01"})),
+        expected_failure: "no rows for 2026-12-01".into(),
+        slow: case(&url, "sleepy", json!({"name": "Bo", "seconds": 600})),
+        asks: Some(case(&url, "approval", json!({"service": "web"}))),
+        answer: json!({"answer": "Alice"}),
+        timeout: Duration::from_secs(15),
+    };
+    run_all(&fixture).await;
+}
+
+#[tokio::test]
+async fn running_executions_show_their_step_and_carry_flowgate_labels() {
+    let Some(url) = fake_url() else { return };
+    let e = WorkflowsEngine::new(target(
+        &url,
+        "sleepy",
+        json!({"inputs": {"*": {"message": "unused"}}}),
+    ));
+    let request = StartRequest {
+        tool: "Nightly ETL".into(),
+        arguments: json!({"name": "x", "seconds": 30}),
+        principal_digest: "abc123".into(),
+        idempotency_key: None,
+    };
+    let x = e.start(request).await.expect("start").execution;
+    let mut message = None;
+    for _ in 0..50 {
+        message = e.get(&x).await.expect("get").status_message;
+        if message.as_deref() == Some("In step nap") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(message.as_deref(), Some("In step nap"));
+    let r = e.get(&x).await.expect("get");
+    assert_eq!(
+        r.state,
+        TaskState::Working,
+        "a sleeping execution asks nothing"
+    );
+    let mine = e
+        .list(ListFilter::for_principal("abc123", None))
+        .await
+        .expect("list");
+    assert!(
+        mine.iter().any(|s| s.execution == x),
+        "listed by its principal label"
+    );
+    let theirs = e
+        .list(ListFilter::for_principal("someone-else", None))
+        .await
+        .expect("list");
+    assert!(!theirs.iter().any(|s| s.execution == x));
+    e.cancel(&x).await.expect("cancel");
+    assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
+}
+
+#[tokio::test]
+async fn a_failed_execution_carries_the_error_payload_and_context() {
+    let Some(url) = fake_url() else { return };
+    let e = WorkflowsEngine::new(target(&url, "raises", json!({})));
+    let request = StartRequest {
+        tool: "t".into(),
+        arguments: json!({"day": "2026-11-30"}),
+        principal_digest: "p".into(),
+        idempotency_key: None,
+    };
+    let x = e.start(request).await.expect("start").execution;
+    for _ in 0..50 {
+        let r = e.get(&x).await.expect("get");
+        if r.state.is_terminal() {
+            let failure = r.failure.expect("failure");
+            assert_eq!(failure.error, "ValueError: no rows for 2026-11-30");
+            let cause = failure.cause.expect("cause");
+            assert!(
+                cause.contains("\"code\":422") || cause.contains("\"code\": 422"),
+                "{cause}"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("did not fail");
+}
+
+#[tokio::test]
+async fn an_unreachable_endpoint_is_unavailable_and_names_the_workflow() {
+    if fake_url().is_none() {
+        return;
+    }
+    let e = WorkflowsEngine::new(target("http://127.0.0.1:9", "sleepy", json!({})));
+    let request = StartRequest {
+        tool: "t".into(),
+        arguments: json!({}),
+        principal_digest: "p".into(),
+        idempotency_key: None,
+    };
+    let err = e.start(request).await.expect_err("down");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("workflows/sleepy"), "{err}");
+}

@@ -1,0 +1,167 @@
+//! Google Cloud Workflows tools through the whole server, against the executions-API fake that
+//! runs the real workflow YAML.
+
+use flowgate_google_workflows::testing::fake_url;
+use rmcp::model::{CancelTaskParams, TaskStatus};
+use serde_json::json;
+
+use crate::support::*;
+
+fn manifest(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let tool = |name: &str, workflow: &str, extra: &str| {
+        format!(
+            "  - name: {name}\n    task: required\n    poll_interval_ms: 200\n    target: {{engine: google-workflows, project: flowgate-tests, location: us-central1, workflow: {workflow}, endpoint: \"{url}\"{extra}}}\n"
+        )
+    };
+    let text = format!(
+        "tools:\n{}{}{}",
+        tool("nap", "sleepy", ""),
+        tool("report", "raises", ""),
+        tool(
+            "approve",
+            "approval",
+            ", inputs: {await_approval: {message: 'Approve this release?', requested_schema: {type: object, properties: {answer: {type: string}}, required: [answer]}}}"
+        ),
+    );
+    let path = dir.join("gcw.yaml");
+    std::fs::write(&path, text).expect("write manifest");
+    path
+}
+
+async fn execution_state(url: &str, name_hint: &str) -> String {
+    // The fake's list, newest first: the state the engine itself reports.
+    let list: serde_json::Value = reqwest::get(format!(
+        "{url}/v1/projects/flowgate-tests/locations/us-central1/workflows/{name_hint}/executions?view=FULL"
+    ))
+    .await
+    .expect("list")
+    .json()
+    .await
+    .expect("json");
+    list["executions"][0]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn workflows_tasks_complete_fail_ask_cancel_and_survive_a_server_restart() {
+    let Some(url) = fake_url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = manifest(dir.path(), &url);
+
+    let mut first = Server::start(dir.path(), Some(&manifest));
+    let client = http_client(&first.url, true).await;
+    let nap = start_task(&client, "nap", json!({"name": "Ada", "seconds": 2})).await;
+    let report = start_task(&client, "report", json!({"day": "2026-12-01"})).await;
+    let approve = start_task(&client, "approve", json!({"service": "web"})).await;
+    let mut message = None;
+    for _ in 0..30 {
+        message = get(&client, &nap).await.task.task.status_message;
+        if message.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        message.as_deref(),
+        Some("In step nap"),
+        "the current step while it sleeps"
+    );
+    drop(client);
+    first.kill();
+
+    let second = Server::start(dir.path(), Some(&manifest));
+    let client = http_client(&second.url, true).await;
+
+    let done = poll_until(
+        &client,
+        &nap,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(
+        result_json(&done),
+        json!({"greeting": "hello Ada", "slept": 2}),
+        "the workflow's real return value"
+    );
+
+    let failed = poll_until(
+        &client,
+        &report,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(failed["result"]["isError"], true);
+    let text = failed["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(
+        text.starts_with("ValueError: no rows for 2026-12-01: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("422"),
+        "the error payload reaches the result: {text}"
+    );
+
+    let waiting = poll_until(
+        &client,
+        &approve,
+        &[TaskStatus::InputRequired, TaskStatus::Completed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(waiting["status"], "input_required", "{waiting}");
+    assert_eq!(waiting["statusMessage"], "In step await_approval");
+    let key = first_input_key(&waiting);
+    assert_eq!(
+        waiting["inputRequests"][&key]["params"]["message"],
+        "Approve this release?"
+    );
+    answer(
+        &client,
+        &approve,
+        &key,
+        json!({"action": "accept", "content": {"answer": "Alice"}}),
+    )
+    .await;
+    let approved = poll_until(
+        &client,
+        &approve,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(
+        result_json(&approved),
+        json!({"approved_by": "Alice", "service": "web"})
+    );
+
+    let long = start_task(&client, "nap", json!({"name": "Bo", "seconds": 600})).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    client
+        .cancel_task(CancelTaskParams::new(long.clone()))
+        .await
+        .expect("tasks/cancel");
+    let cancelled = poll_until(
+        &client,
+        &long,
+        &[
+            TaskStatus::Cancelled,
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+        ],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(
+        execution_state(&url, "sleepy").await,
+        "CANCELLED",
+        "the execution itself was cancelled"
+    );
+    client.cancel().await.ok();
+}

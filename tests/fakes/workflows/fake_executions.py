@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""A fake of the Google Cloud Workflows Executions API (v1) whose executions really run.
+
+It serves the REST surface of `workflowexecutions_v1.json` (the discovery document that ships
+with PyPI `workflows-emulator`) that flowgate uses, and runs each execution's workflow YAML for
+real with `workflows-emulator`'s interpreter in a background thread: executions go ACTIVE ->
+SUCCEEDED / FAILED over real time, `sys.sleep` really sleeps, `status.currentSteps` follows the
+running step, cancel stops the run, and `events.create_callback_endpoint` /
+`events.await_callback` wait for a real HTTP request to the callback URL.
+
+    fake_executions.py --port PORT --workflows DIR     # DIR/<workflow id>.yaml
+
+Shortcuts this fake takes (everything else follows the discovery document):
+- Any project and location; a workflow is a YAML file named after its id; no workflow
+  revisions (workflowRevisionId is fixed at "000001-fake").
+- No authentication: requests are accepted without a token (flowgate uses anonymous
+  credentials against a test endpoint).
+- State is in memory; executions are never purged. QUEUED is never used (executions start at
+  once); UNAVAILABLE is never produced.
+- Cancel is cooperative: it takes effect at the next step, inside `sys.sleep`, or while waiting
+  on a callback (the interpreter has no other suspension points).
+- List filters support `state` and `labels.KEY` equality joined by AND (a subset of AIP-160);
+  orderBy is always `createTime desc`; `view=BASIC` drops the fields the document says it drops.
+- `error.stackTrace` is not produced; `error.context` is the interpreter's message.
+- Callbacks: only HTTP callbacks; `availablePayloads` lists payloads received but not yet
+  awaited; a callback request's `query` is always empty.
+- The interpreter is workflows-emulator's, with its own documented gaps (no connectors without
+  Google credentials).
+"""
+
+import argparse
+import contextvars
+import json
+import pathlib
+import queue
+import re
+import threading
+import time
+import urllib.parse
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import yaml
+import workflows_emulator.main as wf_main
+import workflows_emulator.lib.sys_utils as wf_sys
+from workflows_emulator.render import STANDARD_LIBRARY
+from workflows_emulator.utils import WorkflowError
+
+STATES = ["STATE_UNSPECIFIED", "ACTIVE", "SUCCEEDED", "FAILED", "CANCELLED", "UNAVAILABLE", "QUEUED"]
+LOG_LEVELS = ["CALL_LOG_LEVEL_UNSPECIFIED", "LOG_ALL_CALLS", "LOG_ERRORS_ONLY", "LOG_NONE"]
+BASIC_FIELDS = {"name", "startTime", "endTime", "duration", "state", "workflowRevisionId", "createTime", "labels"}
+
+CURRENT = contextvars.ContextVar("current_execution", default=None)
+LOCK = threading.Lock()
+EXECUTIONS = {}
+BASE_URL = ""
+VERBOSE = False
+WORKFLOWS_DIR = pathlib.Path(".")
+
+
+class Cancelled(Exception):
+    pass
+
+
+def now():
+    return datetime.now(timezone.utc)
+
+
+def rfc3339(t):
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if t else None
+
+
+class Execution:
+    def __init__(self, name, workflow, body):
+        self.name = name
+        self.workflow = workflow
+        self.argument = body.get("argument") or "null"
+        self.labels = body.get("labels") or {}
+        level = body.get("callLogLevel", 0)
+        self.call_log_level = LOG_LEVELS[level] if isinstance(level, int) else level
+        self.state = "ACTIVE"
+        self.create_time = now()
+        self.start_time = self.create_time
+        self.end_time = None
+        self.result = None
+        self.error = None
+        self.steps = []  # [(routine, step)], innermost last
+        self.callbacks = {}
+        self.cancel = threading.Event()
+
+    def to_json(self, view="FULL", int_enums=False):
+        out = {
+            "name": self.name,
+            "createTime": rfc3339(self.create_time),
+            "startTime": rfc3339(self.start_time),
+            "state": STATES.index(self.state) if int_enums else self.state,
+            "workflowRevisionId": "000001-fake",
+            "labels": self.labels,
+            "argument": self.argument,
+            "callLogLevel": LOG_LEVELS.index(self.call_log_level) if int_enums else self.call_log_level,
+        }
+        if self.end_time:
+            out["endTime"] = rfc3339(self.end_time)
+            out["duration"] = f"{(self.end_time - self.start_time).total_seconds():.3f}s"
+        if self.result is not None:
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error
+        if self.state == "ACTIVE" and self.steps:
+            routine, step = self.steps[-1]
+            out["status"] = {"currentSteps": [{"routine": routine, "step": step}]}
+        if view == "BASIC":
+            out = {k: v for k, v in out.items() if k in BASIC_FIELDS}
+        return out
+
+
+class Callback:
+    def __init__(self, execution, method):
+        self.id = uuid.uuid4().hex
+        self.name = f"{execution.name}/callbacks/{self.id}"
+        self.method = method
+        self.waiters = 0
+        self.payloads = queue.Queue()
+
+    def to_json(self):
+        available = [json.dumps(p["http_request"]["body"]) for p in list(self.payloads.queue)]
+        return {"name": self.name, "method": self.method, "waiters": str(self.waiters), "availablePayloads": available}
+
+
+def current():
+    ex = CURRENT.get()
+    if ex is None:
+        raise RuntimeError("no current execution")
+    return ex
+
+
+def check_cancel(ex):
+    if ex.cancel.is_set():
+        raise Cancelled("the execution was cancelled")
+
+
+# --- the interpreter, instrumented -------------------------------------------------------
+
+_original_execute_step = wf_main.execute_step
+
+
+def tracked_execute_step(step_id, config, context):
+    ex = CURRENT.get()
+    if ex is not None:
+        check_cancel(ex)
+        with LOCK:
+            ex.steps = ex.steps[:-1] + [("main", step_id)] if ex.steps else [("main", step_id)]
+    return _original_execute_step(step_id, config, context)
+
+
+def cancellable_sleep(seconds):
+    ex = current()
+    if ex.cancel.wait(float(seconds)):
+        raise Cancelled("the execution was cancelled")
+
+
+class Events:
+    """`events.*`: HTTP callbacks."""
+
+    @staticmethod
+    def create_callback_endpoint(http_callback_method="POST"):
+        ex = current()
+        cb = Callback(ex, http_callback_method)
+        with LOCK:
+            ex.callbacks[cb.id] = cb
+        return {"url": f"{BASE_URL}/v1/{cb.name}"}
+
+    @staticmethod
+    def await_callback(callback, timeout=43200):
+        ex = current()
+        cb_id = callback["url"].rstrip("/").split("/")[-1]
+        cb = ex.callbacks[cb_id]
+        with LOCK:
+            cb.waiters += 1
+        deadline = time.monotonic() + float(timeout)
+        try:
+            while True:
+                check_cancel(ex)
+                if time.monotonic() >= deadline:
+                    raise WorkflowError(message="Timed out waiting for a callback", tags=["TimeoutError"])
+                try:
+                    return cb.payloads.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+        finally:
+            with LOCK:
+                cb.waiters -= 1
+
+
+wf_main.execute_step = tracked_execute_step
+wf_sys.sleep = cancellable_sleep
+STANDARD_LIBRARY["events"] = Events
+
+
+def run(ex, config):
+    CURRENT.set(ex)
+    try:
+        main = config if isinstance(config, dict) else {"main": {"steps": config}}
+        params = main.get("main", {}).get("params", [])
+        argument = json.loads(ex.argument)
+        runtime_params = {params[0]: argument} if params else {}
+        result = wf_main.execute_workflow(main, runtime_params)
+        with LOCK:
+            ex.result = json.dumps(result)
+            ex.state = "SUCCEEDED"
+    except Cancelled:
+        with LOCK:
+            ex.state = "CANCELLED"
+    except WorkflowError as err:
+        payload = err.payload if isinstance(err.payload, (dict, str, list)) else str(err.payload)
+        with LOCK:
+            ex.error = {"payload": json.dumps(payload), "context": f"RuntimeError: {err}"}
+            ex.state = "FAILED"
+    except Exception as err:  # the interpreter's own failures are workflow failures too
+        with LOCK:
+            ex.error = {"payload": json.dumps({"message": str(err), "tags": [type(err).__name__]}),
+                        "context": f"{type(err).__name__}: {err}"}
+            ex.state = "FAILED"
+    finally:
+        with LOCK:
+            if ex.state == "ACTIVE":
+                ex.state = "FAILED"
+            ex.end_time = now()
+
+
+# --- REST ----------------------------------------------------------------------------------
+
+EXEC_COLLECTION = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/workflows/([^/]+))/executions$")
+EXEC_ONE = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/workflows/[^/]+/executions/[^/:]+)(:cancel)?$")
+CALLBACKS = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/workflows/[^/]+/executions/[^/]+)/callbacks$")
+CALLBACK_ONE = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/workflows/[^/]+/executions/[^/]+)/callbacks/([^/]+)$")
+
+
+def matches_filter(ex, expr):
+    if not expr:
+        return True
+    for clause in re.split(r"\s+AND\s+", expr.strip()):
+        m = re.match(r'^\s*([\w.\-]+)\s*=\s*"?([^"]*)"?\s*$', clause)
+        if not m:
+            raise ValueError(f"unsupported filter: {clause}")
+        field, value = m.groups()
+        if field == "state" and ex.state != value:
+            return False
+        if field.startswith("labels.") and ex.labels.get(field[len("labels."):]) != value:
+            return False
+    return True
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        if VERBOSE:
+            super().log_message(fmt, *args)
+
+    def send_json(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def error(self, status, code, message):
+        self.send_json(status, {"error": {"code": status, "message": message, "status": code}})
+
+    def parsed(self):
+        url = urllib.parse.urlparse(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        int_enums = "enum-encoding=int" in urllib.parse.unquote(url.query)
+        return urllib.parse.unquote(url.path), query, int_enums
+
+    def read_body(self):
+        """Reads this request's JSON body (every request's body is read, so that a kept-alive
+        connection stays in step even when a GET carries one); None when it is not JSON."""
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            self._body = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            self._body = None
+        return self._body
+
+    def body(self):
+        return self._body
+
+    def view(self, query, default):
+        v = query.get("view", [default])[0]
+        return {"0": default, "1": "BASIC", "2": "FULL"}.get(v, v)
+
+    def do_GET(self):
+        self.read_body()
+        path, query, int_enums = self.parsed()
+        if m := EXEC_COLLECTION.match(path):
+            parent = m.group(1)
+            with LOCK:
+                found = sorted((e for e in EXECUTIONS.values() if e.name.startswith(parent + "/")),
+                               key=lambda e: e.create_time, reverse=True)
+            try:
+                found = [e for e in found if matches_filter(e, query.get("filter", [""])[0])]
+            except ValueError as err:
+                return self.error(400, "INVALID_ARGUMENT", str(err))
+            view = self.view(query, "BASIC")
+            size = min(int(query.get("pageSize", ["100"])[0] or 100), 100 if view == "FULL" else 1000) or 100
+            start = int(query.get("pageToken", ["0"])[0] or 0)
+            page = found[start:start + size]
+            out = {"executions": [e.to_json(view, int_enums) for e in page]}
+            if start + size < len(found):
+                out["nextPageToken"] = str(start + size)
+            return self.send_json(200, out)
+        if m := CALLBACKS.match(path):
+            ex = EXECUTIONS.get(m.group(1))
+            if ex is None:
+                return self.error(404, "NOT_FOUND", f"execution {m.group(1)} not found")
+            with LOCK:
+                callbacks = [cb.to_json() for cb in ex.callbacks.values()]
+            return self.send_json(200, {"callbacks": callbacks})
+        if (m := EXEC_ONE.match(path)) and not m.group(2):
+            ex = EXECUTIONS.get(m.group(1))
+            if ex is None:
+                return self.error(404, "NOT_FOUND", f"execution {m.group(1)} not found")
+            with LOCK:
+                return self.send_json(200, ex.to_json(self.view(query, "FULL"), int_enums))
+        return self.error(404, "NOT_FOUND", f"no route for GET {path}")
+
+    def do_POST(self):
+        if self.read_body() is None:
+            return self.error(400, "INVALID_ARGUMENT", "the body is not JSON")
+        path, query, int_enums = self.parsed()
+        if m := EXEC_COLLECTION.match(path):
+            parent, workflow = m.group(1), m.group(2)
+            source = WORKFLOWS_DIR / f"{workflow}.yaml"
+            if not source.is_file():
+                return self.error(404, "NOT_FOUND", f"workflow {parent} not found")
+            body = self.body()
+            labels = body.get("labels") or {}
+            if len(labels) > 64 or any(not re.fullmatch(r"[a-z0-9_-]{1,63}", k) or not re.fullmatch(r"[a-z0-9_-]{0,63}", v)
+                                       for k, v in labels.items()):
+                return self.error(400, "INVALID_ARGUMENT", "labels must be lowercase [a-z0-9_-], at most 63 characters")
+            try:
+                json.loads(body.get("argument") or "null")
+            except ValueError:
+                return self.error(400, "INVALID_ARGUMENT", "argument is not valid JSON")
+            ex = Execution(f"{parent}/executions/{uuid.uuid4()}", workflow, body)
+            with LOCK:
+                EXECUTIONS[ex.name] = ex
+            config = yaml.safe_load(source.read_text())
+            threading.Thread(target=run, args=(ex, config), daemon=True, name=ex.name).start()
+            with LOCK:
+                return self.send_json(200, ex.to_json("FULL", int_enums))
+        if (m := EXEC_ONE.match(path)) and m.group(2):
+            ex = EXECUTIONS.get(m.group(1))
+            if ex is None:
+                return self.error(404, "NOT_FOUND", f"execution {m.group(1)} not found")
+            with LOCK:
+                if ex.state != "ACTIVE":
+                    return self.error(400, "FAILED_PRECONDITION", f"execution is {ex.state}, not ACTIVE")
+            ex.cancel.set()
+            for _ in range(50):  # a cancel is visible to the next get, as the real API's is
+                if ex.end_time:
+                    break
+                time.sleep(0.02)
+            with LOCK:
+                return self.send_json(200, ex.to_json("FULL", int_enums))
+        return self.callback()
+
+    def do_PUT(self):
+        if self.read_body() is None:
+            return self.error(400, "INVALID_ARGUMENT", "the body is not JSON")
+        return self.callback()
+
+    def callback(self):
+        path, _query, _ = self.parsed()
+        m = CALLBACK_ONE.match(path)
+        if not m:
+            return self.error(404, "NOT_FOUND", f"no route for {self.command} {path}")
+        ex = EXECUTIONS.get(m.group(1))
+        cb = ex.callbacks.get(m.group(2)) if ex else None
+        if cb is None:
+            return self.error(404, "NOT_FOUND", "callback not found")
+        if cb.method != self.command:
+            return self.error(405, "INVALID_ARGUMENT", f"callback expects {cb.method}")
+        body = self.body()
+        cb.payloads.put({
+            "http_request": {"body": body, "headers": dict(self.headers), "method": self.command, "query": {}, "url": path},
+            "received_time": rfc3339(now()),
+            "type": "HTTP",
+        })
+        return self.send_json(200, {})
+
+
+def main():
+    global BASE_URL, WORKFLOWS_DIR
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workflows", required=True)
+    parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
+    args = parser.parse_args()
+    global VERBOSE
+    VERBOSE = args.verbose
+    WORKFLOWS_DIR = pathlib.Path(args.workflows)
+    BASE_URL = f"http://127.0.0.1:{args.port}"
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    print(f"fake workflow executions on {BASE_URL}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
