@@ -3,75 +3,77 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use flowgate_manifest::{Manifest, ManifestError};
 use serde_json::{Map, Value};
 
 use crate::setup;
 
-pub(crate) fn print(path: &Path) -> ExitCode {
-    let manifest = match setup::load(Some(path)) {
-        Ok(m) => m,
-        Err(errors) => {
-            for e in &errors {
-                eprintln!("{e}");
-            }
-            return ExitCode::FAILURE;
-        }
-    };
+/// The targets of every tool of engine `kind`, parsed by that engine's own target reader.
+#[cfg_attr(
+    not(any(feature = "stepfunctions", feature = "google-workflows")),
+    allow(dead_code)
+)]
+fn targets<T>(
+    manifest: &Manifest,
+    kind: &str,
+    parse: impl Fn(&Map<String, Value>) -> Result<T, String>,
+) -> Result<Vec<T>, ManifestError> {
+    manifest
+        .tools
+        .iter()
+        .filter(|t| t.target.engine == kind)
+        .map(|t| parse(&t.target.config).map_err(|e| t.target.location.error(e)))
+        .collect()
+}
+
+fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError> {
     let mut out = Map::new();
     #[cfg(feature = "stepfunctions")]
     {
-        let mut targets = Vec::new();
-        for tool in manifest
-            .tools
-            .iter()
-            .filter(|t| t.target.engine == flowgate_stepfunctions::KIND)
-        {
-            match flowgate_stepfunctions::SfnTarget::from_manifest(&tool.target.config) {
-                Ok(t) => targets.push(t),
-                Err(e) => {
-                    eprintln!("{}", tool.target.location.error(e));
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        if !targets.is_empty() {
-            out.insert("aws".into(), flowgate_stepfunctions::policies(&targets));
+        let sfn = targets(
+            manifest,
+            flowgate_stepfunctions::KIND,
+            flowgate_stepfunctions::SfnTarget::from_manifest,
+        )?;
+        if !sfn.is_empty() {
+            out.insert("aws".into(), flowgate_stepfunctions::policies(&sfn));
         }
     }
     #[cfg(feature = "google-workflows")]
     {
-        let mut targets = Vec::new();
-        for tool in manifest
-            .tools
-            .iter()
-            .filter(|t| t.target.engine == flowgate_google_workflows::KIND)
-        {
-            match flowgate_google_workflows::GcwTarget::from_manifest(&tool.target.config) {
-                Ok(t) => targets.push(t),
-                Err(e) => {
-                    eprintln!("{}", tool.target.location.error(e));
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        if !targets.is_empty() {
-            out.insert("gcp".into(), flowgate_google_workflows::roles(&targets));
+        let gcw = targets(
+            manifest,
+            flowgate_google_workflows::KIND,
+            flowgate_google_workflows::GcwTarget::from_manifest,
+        )?;
+        if !gcw.is_empty() {
+            out.insert("gcp".into(), flowgate_google_workflows::roles(&gcw));
         }
     }
-    let engines: Vec<&str> = manifest
-        .tools
-        .iter()
-        .map(|t| t.target.engine.as_str())
-        .collect();
-    if engines.contains(&"local") {
+    if manifest.tools.iter().any(|t| t.target.engine == "local") {
         out.insert(
             "local".into(),
             Value::from("local tools run commands on the flowgate host: no cloud permissions"),
         );
     }
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&Value::Object(out)).unwrap_or_default()
-    );
-    ExitCode::SUCCESS
+    Ok(out)
+}
+
+pub(crate) fn print(path: &Path) -> ExitCode {
+    let result = setup::load(Some(path)).and_then(|m| permissions(&m).map_err(|e| vec![e]));
+    match result {
+        Ok(out) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&Value::Object(out)).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{e}");
+            }
+            ExitCode::FAILURE
+        }
+    }
 }

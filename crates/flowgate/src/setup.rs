@@ -11,6 +11,14 @@ use flowgate_server::ToolSet;
 pub(crate) const BUNDLED_MANIFEST: &str = include_str!("../../../examples/flowgate.yaml");
 
 /// Every engine this build was compiled with.
+#[cfg_attr(
+    not(any(
+        feature = "local",
+        feature = "stepfunctions",
+        feature = "google-workflows"
+    )),
+    allow(unused_mut)
+)]
 pub(crate) fn registry(state_dir: &Path) -> Registry {
     let mut registry = Registry::new();
     #[cfg(feature = "local")]
@@ -25,6 +33,7 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
     flowgate_stepfunctions::register(&mut registry);
     #[cfg(feature = "google-workflows")]
     flowgate_google_workflows::register(&mut registry);
+    #[cfg(not(feature = "local"))]
     let _ = state_dir;
     registry
 }

@@ -197,10 +197,17 @@ fn a_broken_manifest_fails_check_with_line_and_column() {
         "tools:\n  - name: quick\n    target: {engine: stepfunctions, type: express, state_machine_arn: 'arn:aws:states:us-east-1:123456789012:stateMachine:q'}\n",
     )
     .expect("write");
-    let out = Command::new(bin()).arg("check").arg(&path).output().expect("run check");
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&path)
+        .output()
+        .expect("run check");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("broken.yaml:2:") && stderr.contains("set `task: forbidden`"), "express is never a task: {stderr}");
+    assert!(
+        stderr.contains("broken.yaml:2:") && stderr.contains("set `task: forbidden`"),
+        "express is never a task: {stderr}"
+    );
 
     let good = Command::new(bin())
         .args([
