@@ -210,3 +210,64 @@ async fn an_unreachable_engine_is_a_clear_tool_error_and_the_server_keeps_servin
         1
     );
 }
+
+#[tokio::test]
+async fn an_engine_outage_is_reported_on_the_task_and_loses_nothing() {
+    let Some(url) = moto_url() else { return };
+    let arn = create_machine(
+        &admin_client(&url),
+        &unique("e2e-outage"),
+        &pass_wait_pass(1),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, endpoint: &str| {
+        let path = dir.path().join(name);
+        let text = format!(
+            "tools:\n  - name: job\n    task: required\n    poll_interval_ms: 500\n    target: {{engine: stepfunctions, state_machine_arn: \"{arn}\", endpoint_url: \"{endpoint}\"}}\n"
+        );
+        std::fs::write(&path, text).expect("write manifest");
+        path
+    };
+    let reachable = write("up.yaml", &url);
+    let unreachable = write("down.yaml", "http://127.0.0.1:9");
+
+    let up = Server::start(dir.path(), Some(&reachable));
+    let client = http_client(&up.url, true).await;
+    let id = start_task(&client, "job", json!({"name": "Ada"})).await;
+    drop(client);
+    drop(up);
+
+    // An instance that cannot reach the engine keeps the task: working, saying why, polled less often.
+    let down = Server::start(dir.path(), Some(&unreachable));
+    let client = http_client(&down.url, true).await;
+    let during = get(&client, &id).await;
+    assert_eq!(during.task.status(), TaskStatus::Working);
+    let message = during.task.task.status_message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("The engine is unreachable"),
+        "{message}"
+    );
+    assert_eq!(
+        during.task.task.poll_interval_ms,
+        Some(2000),
+        "four times the tool's interval"
+    );
+    drop(client);
+    drop(down);
+
+    // Once the engine is reachable again, the same handle finds the finished execution.
+    let back = Server::start(dir.path(), Some(&reachable));
+    let client = http_client(&back.url, true).await;
+    let done = poll_until(
+        &client,
+        &id,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(
+        result_json(&done),
+        json!({"greeting": "hello Ada", "waited": 1})
+    );
+}
