@@ -143,67 +143,56 @@ async fn malformed_json_rpc_gets_an_error_not_a_crash() {
     );
 }
 
+/// Writes `text` to `path`, runs `flowgate check` on it, and returns (success, stderr).
+fn check(path: &std::path::Path, text: &str) -> (bool, String) {
+    std::fs::write(path, text).expect("write");
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(path)
+        .output()
+        .expect("run check");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn a_broken_manifest_fails_check_with_line_and_column() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("broken.yaml");
-    std::fs::write(
+    let (ok, stderr) = check(
         &path,
         "tools:\n  - name: a\n    target:\n      engine: local\n      comand: [true]\n",
-    )
-    .expect("write");
-    let out = Command::new(bin())
-        .arg("check")
-        .arg(&path)
-        .output()
-        .expect("run check");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    );
+    assert!(!ok);
     assert!(
         stderr.contains("broken.yaml:4:7: local target: unknown field `comand`"),
         "{stderr}"
     );
 
-    std::fs::write(
+    let (ok, stderr) = check(
         &path,
         "tools:\n  - name: a\n    tsk: required\n    target: {engine: local, command: [true]}\n",
-    )
-    .expect("write");
-    let out = Command::new(bin())
-        .arg("check")
-        .arg(&path)
-        .output()
-        .expect("run check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    );
+    assert!(!ok);
     assert!(
         stderr.contains("broken.yaml:3:5:") && stderr.contains("tsk"),
         "{stderr}"
     );
 
-    std::fs::write(&path, "tools:\n  - name: a\n    target: {engine: nosuch}\n").expect("write");
-    let out = Command::new(bin())
-        .arg("check")
-        .arg(&path)
-        .output()
-        .expect("run check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (ok, stderr) = check(&path, "tools:\n  - name: a\n    target: {engine: nosuch}\n");
+    assert!(!ok);
     assert!(
         stderr.contains("broken.yaml:3:") && stderr.contains("unknown engine \"nosuch\""),
         "{stderr}"
     );
 
-    std::fs::write(
+    let (ok, stderr) = check(
         &path,
         "tools:\n  - name: quick\n    target: {engine: stepfunctions, type: express, state_machine_arn: 'arn:aws:states:us-east-1:123456789012:stateMachine:q'}\n",
-    )
-    .expect("write");
-    let out = Command::new(bin())
-        .arg("check")
-        .arg(&path)
-        .output()
-        .expect("run check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    );
+    assert!(!ok);
     assert!(
         stderr.contains("broken.yaml:2:") && stderr.contains("set `task: forbidden`"),
         "express is never a task: {stderr}"

@@ -2,7 +2,7 @@
 //! runs the real workflow YAML.
 
 use flowgate_google_workflows::testing::fake_url;
-use rmcp::model::{CancelTaskParams, TaskStatus};
+use rmcp::model::TaskStatus;
 use serde_json::json;
 
 use crate::support::*;
@@ -142,21 +142,7 @@ async fn workflows_tasks_complete_fail_ask_cancel_and_survive_a_server_restart()
 
     let long = start_task(&client, "nap", json!({"name": "Bo", "seconds": 600})).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    client
-        .cancel_task(CancelTaskParams::new(long.clone()))
-        .await
-        .expect("tasks/cancel");
-    let cancelled = poll_until(
-        &client,
-        &long,
-        &[
-            TaskStatus::Cancelled,
-            TaskStatus::Completed,
-            TaskStatus::Failed,
-        ],
-        &mut vec![],
-    )
-    .await;
+    let cancelled = cancel_and_settle(&client, &long).await;
     assert_eq!(cancelled["status"], "cancelled");
     assert_eq!(
         execution_state(&url, "sleepy").await,

@@ -200,17 +200,7 @@ async fn cancel_ends_cancelled_and_the_processes_are_gone() {
     let pgid = std::fs::read_to_string(run.join("pid")).expect("pid");
     assert!(group_alive(&pgid), "the command should be running");
 
-    client
-        .cancel_task(CancelTaskParams::new(id.clone()))
-        .await
-        .expect("tasks/cancel");
-    let done = poll_until(
-        &client,
-        &id,
-        &[TaskStatus::Cancelled, TaskStatus::Completed],
-        &mut vec![],
-    )
-    .await;
+    let done = cancel_and_settle(&client, &id).await;
     assert_eq!(done["status"], "cancelled");
     let mut gone = false;
     for _ in 0..50 {

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use flowgate_stepfunctions::testing::*;
-use rmcp::model::{CancelTaskParams, TaskStatus};
+use rmcp::model::TaskStatus;
 use serde_json::json;
 
 use crate::support::*;
@@ -143,21 +143,7 @@ async fn stepfunctions_tasks_complete_fail_ask_cancel_and_survive_a_server_resta
     );
 
     let long = start_task(&client, "wait_long", json!({"name": "x"})).await;
-    client
-        .cancel_task(CancelTaskParams::new(long.clone()))
-        .await
-        .expect("tasks/cancel");
-    let cancelled = poll_until(
-        &client,
-        &long,
-        &[
-            TaskStatus::Cancelled,
-            TaskStatus::Completed,
-            TaskStatus::Failed,
-        ],
-        &mut vec![],
-    )
-    .await;
+    let cancelled = cancel_and_settle(&client, &long).await;
     assert_eq!(cancelled["status"], "cancelled");
     let admin = admin_client(&url);
     let listed = admin

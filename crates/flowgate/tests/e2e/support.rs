@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, GetTaskParams,
-    GetTaskResult, Implementation, ProtocolVersion, TaskStatus, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
+    GetTaskParams, GetTaskResult, Implementation, ProtocolVersion, TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -186,6 +186,20 @@ pub(crate) async fn poll_until(
         assert!(Instant::now() < deadline, "task stuck; seen {seen:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Sends `tasks/cancel` and polls until the task settles (cancelled, or finished first).
+pub(crate) async fn cancel_and_settle(client: &Client, task_id: &str) -> Value {
+    client
+        .cancel_task(CancelTaskParams::new(task_id.to_owned()))
+        .await
+        .expect("tasks/cancel");
+    let settled = [
+        TaskStatus::Cancelled,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+    ];
+    poll_until(client, task_id, &settled, &mut vec![]).await
 }
 
 /// Sends one `tasks/update` answering `key` with `response` (an elicitation result).
