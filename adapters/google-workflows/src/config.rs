@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use flowgate_core::{TargetError, parse_target};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -57,18 +58,18 @@ impl GcwTarget {
     /// Reads a manifest `target` block (without its `engine` key).
     ///
     /// # Errors
-    /// A message naming the offending key.
-    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, String> {
-        let t: GcwTarget = serde_json::from_value(Value::Object(target.clone()))
-            .map_err(|e| format!("google-workflows target: {e}"))?;
+    /// A [`TargetError`] naming the offending key.
+    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, TargetError> {
+        let t: GcwTarget = parse_target(crate::KIND, target)?;
         for (key, value) in [
             ("project", &t.project),
             ("location", &t.location),
             ("workflow", &t.workflow),
         ] {
             if value.is_empty() || value.contains('/') {
-                return Err(format!(
-                    "google-workflows target: {key} {value:?} must be a plain id"
+                return Err(TargetError::at(
+                    key,
+                    format!("google-workflows target: {key} {value:?} must be a plain id"),
                 ));
             }
         }
@@ -120,7 +121,7 @@ mod tests {
     use serde_json::json;
 
     fn parse(v: Value) -> Result<GcwTarget, String> {
-        GcwTarget::from_manifest(v.as_object().expect("object"))
+        GcwTarget::from_manifest(v.as_object().expect("object")).map_err(|e| e.message)
     }
 
     #[test]

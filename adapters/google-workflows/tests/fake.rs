@@ -29,6 +29,7 @@ async fn workflows_engine_passes_the_conformance_suite_on_the_fake() {
         asks: Some(case(&url, "approval", json!({"service": "web"}))),
         answer: json!({"answer": "Alice"}),
         timeout: Duration::from_secs(15),
+        lose_next_start_answer: None,
     };
     run_all(&fixture).await;
 }
@@ -45,7 +46,7 @@ async fn running_executions_show_their_step_and_carry_flowgate_labels() {
         tool: "Nightly ETL".into(),
         arguments: json!({"name": "x", "seconds": 30}),
         principal_digest: "abc123".into(),
-        idempotency_key: None,
+        idempotency_key: flowgate_core::IdempotencyKey::new(),
     };
     let x = e.start(request).await.expect("start").execution;
     let mut message = None;
@@ -88,7 +89,7 @@ async fn a_failed_execution_carries_the_error_payload_and_context() {
         tool: "t".into(),
         arguments: json!({"day": "2026-11-30"}),
         principal_digest: "p".into(),
-        idempotency_key: None,
+        idempotency_key: flowgate_core::IdempotencyKey::new(),
     };
     let x = e.start(request).await.expect("start").execution;
     for _ in 0..50 {
@@ -118,7 +119,7 @@ async fn an_unreachable_endpoint_is_unavailable_and_names_the_workflow() {
         tool: "t".into(),
         arguments: json!({}),
         principal_digest: "p".into(),
-        idempotency_key: None,
+        idempotency_key: flowgate_core::IdempotencyKey::new(),
     };
     let err = e.start(request).await.expect_err("down");
     assert!(err.is_retryable(), "{err:?}");

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use flowgate_core::{TargetError, parse_target};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -35,12 +36,17 @@ impl LocalTarget {
     /// Reads a manifest `target` block (without its `engine` key).
     ///
     /// # Errors
-    /// A message that names the offending key.
-    pub fn from_manifest(target: &Map<String, Value>, base_dir: &Path) -> Result<Self, String> {
-        let mut t: LocalTarget = serde_json::from_value(Value::Object(target.clone()))
-            .map_err(|e| format!("local target: {e}"))?;
+    /// A [`TargetError`] that names the offending key.
+    pub fn from_manifest(
+        target: &Map<String, Value>,
+        base_dir: &Path,
+    ) -> Result<Self, TargetError> {
+        let mut t: LocalTarget = parse_target(crate::KIND, target)?;
         if t.command.is_empty() || t.command[0].is_empty() {
-            return Err("local target: `command` must name a program".into());
+            return Err(TargetError::at(
+                "command",
+                "local target: `command` must name a program",
+            ));
         }
         if t.command[0].contains('/') && Path::new(&t.command[0]).is_relative() {
             t.command[0] = base_dir.join(&t.command[0]).to_string_lossy().into_owned();
@@ -61,6 +67,7 @@ mod tests {
 
     fn parse(v: Value) -> Result<LocalTarget, String> {
         LocalTarget::from_manifest(v.as_object().expect("object"), Path::new("/srv/m"))
+            .map_err(|e| e.message)
     }
 
     #[test]

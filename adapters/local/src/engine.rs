@@ -105,13 +105,17 @@ impl Engine for LocalEngine {
     }
 
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
-        let created_at = Utc::now();
-        let id = format!(
-            "{:012x}-{:016x}",
-            created_at.timestamp_millis(),
-            rand::random::<u64>()
-        );
+        // The run is named by the call's idempotency key: a retried start finds the run the
+        // first attempt recorded instead of starting the command again.
+        let id = request.idempotency_key.to_string();
         let run = RunDir(self.runs_dir().join(&id));
+        if let Ok(meta) = run.meta() {
+            return Ok(Started {
+                execution: ExecutionRef(id),
+                created_at: meta.created_at,
+            });
+        }
+        let created_at = Utc::now();
         std::fs::create_dir_all(&run.0).map_err(|e| io_error("cannot create the run folder", e))?;
         let meta = Meta {
             tool: request.tool.clone(),
@@ -327,20 +331,20 @@ impl Engine for LocalEngine {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_error("cannot list runs", e)),
         };
-        let mut ids: Vec<String> = entries
+        let mut runs: Vec<(ExecutionRef, Meta)> = entries
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|id| {
+                let execution = ExecutionRef(id);
+                let meta = self.run(&execution).ok()?.meta().ok()?;
+                Some((execution, meta))
+            })
             .collect();
-        ids.sort_unstable_by(|a, b| b.cmp(a));
+        runs.sort_by_key(|(_, meta)| std::cmp::Reverse(meta.created_at));
         let mut out = Vec::new();
-        for id in ids {
+        for (execution, meta) in runs {
             if out.len() >= filter.limit.unwrap_or(usize::MAX) {
                 break;
             }
-            let execution = ExecutionRef(id);
-            let Ok(run) = self.run(&execution) else {
-                continue;
-            };
-            let Ok(meta) = run.meta() else { continue };
             if meta.command != self.target.command
                 || filter
                     .principal_digest

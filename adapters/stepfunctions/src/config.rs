@@ -1,5 +1,6 @@
 //! A tool's Step Functions target, from its manifest.
 
+use flowgate_core::{TargetError, parse_target};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -56,34 +57,40 @@ impl SfnTarget {
     /// Reads a manifest `target` block (without its `engine` key).
     ///
     /// # Errors
-    /// A message naming the offending key.
-    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, String> {
-        let t: SfnTarget = serde_json::from_value(Value::Object(target.clone()))
-            .map_err(|e| format!("stepfunctions target: {e}"))?;
+    /// A [`TargetError`] naming the offending key.
+    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, TargetError> {
+        let t: SfnTarget = parse_target(crate::KIND, target)?;
         let parts: Vec<&str> = t.state_machine_arn.split(':').collect();
         if parts.len() < 7
             || parts[0] != "arn"
             || parts[2] != "states"
             || parts[5] != "stateMachine"
         {
-            return Err(format!(
-                "stepfunctions target: state_machine_arn {:?} is not a state machine ARN \
-                 (arn:aws:states:REGION:ACCOUNT:stateMachine:NAME)",
-                t.state_machine_arn
+            return Err(TargetError::at(
+                "state_machine_arn",
+                format!(
+                    "stepfunctions target: state_machine_arn {:?} is not a state machine ARN \
+                     (arn:aws:states:REGION:ACCOUNT:stateMachine:NAME)",
+                    t.state_machine_arn
+                ),
             ));
         }
         if let Some(template) = &t.execution_name {
-            crate::mapping::check_template(template)
-                .map_err(|e| format!("stepfunctions target: execution_name: {e}"))?;
+            crate::mapping::check_template(template).map_err(|e| {
+                TargetError::at(
+                    "execution_name",
+                    format!("stepfunctions target: execution_name: {e}"),
+                )
+            })?;
         }
         if t.output_pointer
             .as_ref()
             .is_some_and(|p| !p.is_empty() && !p.starts_with('/'))
         {
-            return Err(
-                "stepfunctions target: output_pointer must be a JSON pointer such as /summary"
-                    .into(),
-            );
+            return Err(TargetError::at(
+                "output_pointer",
+                "stepfunctions target: output_pointer must be a JSON pointer such as /summary",
+            ));
         }
         Ok(t)
     }
@@ -125,7 +132,19 @@ mod tests {
     const ARN: &str = "arn:aws:states:eu-west-1:123456789012:stateMachine:etl";
 
     fn parse(v: Value) -> Result<SfnTarget, String> {
+        parse_typed(v).map_err(|e| e.message)
+    }
+
+    fn parse_typed(v: Value) -> Result<SfnTarget, TargetError> {
         SfnTarget::from_manifest(v.as_object().expect("object"))
+    }
+
+    #[test]
+    fn errors_point_at_their_key() {
+        let e = parse_typed(json!({"state_machine_arn": ARN, "regoin": "x"})).expect_err("typo");
+        assert_eq!(e.key.as_deref(), Some("regoin"));
+        let e = parse_typed(json!({"state_machine_arn": "etl"})).expect_err("arn");
+        assert_eq!(e.key.as_deref(), Some("state_machine_arn"));
     }
 
     #[test]

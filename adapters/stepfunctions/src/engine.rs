@@ -102,7 +102,9 @@ impl StepFunctionsEngine {
                     }
                 })
             }
-            None => Ok(format!("flowgate-{:032x}", rand::random::<u128>())),
+            // The call's key as the name: a retried start is the same named start, which
+            // Step Functions answers with the execution the first attempt made.
+            None => Ok(format!("flowgate-{}", request.idempotency_key)),
         }
     }
 }
@@ -178,7 +180,7 @@ impl Engine for StepFunctionsEngine {
                 created_at: mapping::time(&out.start_date),
             }),
             // A retried call with a named execution reaches the execution it started before.
-            Err(e) if already_exists(&e) && self.target.execution_name.is_some() => {
+            Err(e) if already_exists(&e) => {
                 let execution = ExecutionRef(self.target.execution_arn(&name));
                 let d = self.describe(&execution).await?;
                 tracing::info!(execution = %execution, "start reached an existing execution of the same name");

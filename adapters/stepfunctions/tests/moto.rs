@@ -25,7 +25,7 @@ fn request(arguments: Value) -> StartRequest {
         tool: "t".into(),
         arguments,
         principal_digest: "p".into(),
-        idempotency_key: None,
+        idempotency_key: flowgate_core::IdempotencyKey::new(),
     }
 }
 
@@ -52,6 +52,7 @@ async fn stepfunctions_engine_passes_the_conformance_suite_on_moto() {
         asks: Some(case(machine("asks", asks(&queue, "Your name?")).await)),
         answer: json!({"answer": "Alice"}),
         timeout: Duration::from_secs(20),
+        lose_next_start_answer: None,
     };
     run_all(&fixture).await;
 }

@@ -11,9 +11,21 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::{
-    Action, Engine, EngineError, ExecutionRecord, ExecutionRef, InputResponse, StartRequest,
-    TaskState,
+    Action, Engine, EngineError, ExecutionRecord, ExecutionRef, IdempotencyKey, InputResponse,
+    ListFilter, StartRequest, TaskState,
 };
+
+/// A hook into the backend behind an engine (a proxy in front of an emulator, a fake), for
+/// what the engine alone cannot stage: it makes the backend accept the next start and then
+/// lose its answer, the ambiguous failure that exactly-once starts exist for.
+#[derive(Clone)]
+pub struct LoseNextStartAnswer(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for LoseNextStartAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoseNextStartAnswer")
+    }
+}
 
 /// One way to call an engine.
 #[derive(Debug, Clone)]
@@ -43,6 +55,9 @@ pub struct Fixture {
     pub answer: Value,
     /// How long any one scenario may wait for the engine.
     pub timeout: Duration,
+    /// Stages a start whose answer is lost, where the test's backend can (see
+    /// [`retried_start_is_exactly_once`]).
+    pub lose_next_start_answer: Option<LoseNextStartAnswer>,
 }
 
 /// Runs every scenario the engine's capabilities allow.
@@ -51,8 +66,11 @@ pub async fn run_all(fx: &Fixture) {
     run_completes_with_output(fx).await;
     failure_is_reported_with_its_cause(fx).await;
     unknown_references_are_not_found(fx).await;
+    retried_start_is_exactly_once(fx).await;
+    answers_to_keys_not_asked_are_not_found(fx).await;
     if fx.slow.engine.capabilities().cancel {
         cancel_ends_cancelled(fx).await;
+        cancel_after_the_end_changes_nothing(fx).await;
     }
     if fx.slow.engine.capabilities().inputs && fx.asks.is_some() {
         input_request_is_answered(fx).await;
@@ -61,12 +79,7 @@ pub async fn run_all(fx: &Fixture) {
 }
 
 async fn start(case: &Case) -> ExecutionRef {
-    let request = StartRequest {
-        tool: "conformance".into(),
-        arguments: case.arguments.clone(),
-        principal_digest: "conformance".into(),
-        idempotency_key: None,
-    };
+    let request = StartRequest::new("conformance", case.arguments.clone(), "conformance");
     case.engine
         .start(request)
         .await
@@ -201,6 +214,106 @@ pub async fn cancel_ends_cancelled(fx: &Fixture) {
     assert_eq!(again.state, TaskState::Cancelled);
 }
 
+/// The same call started again with the same idempotency key (a retry) reaches the execution
+/// the first attempt started, also when the first attempt's answer was lost on the way back
+/// (staged with [`Fixture::lose_next_start_answer`]); exactly one execution exists for it.
+pub async fn retried_start_is_exactly_once(fx: &Fixture) {
+    let principal = format!("conformance-{:016x}", rand::random::<u64>());
+    let request = StartRequest {
+        tool: "conformance".into(),
+        arguments: fx.slow.arguments.clone(),
+        principal_digest: principal.clone(),
+        idempotency_key: IdempotencyKey::new(),
+    };
+    let engine = &fx.slow.engine;
+    if let Some(lose) = &fx.lose_next_start_answer {
+        (lose.0)();
+        let first = engine.start(request.clone()).await;
+        assert!(
+            matches!(&first, Err(e) if e.is_retryable()),
+            "a start whose answer was lost must fail as retryable, got {first:?}"
+        );
+    }
+    let a = engine.start(request.clone()).await.expect("start");
+    let b = engine.start(request.clone()).await.expect("retried start");
+    assert_eq!(
+        a.execution, b.execution,
+        "a retried start reached another execution"
+    );
+    if engine.capabilities().list {
+        let listed = engine
+            .list(ListFilter::for_principal(principal, None))
+            .await
+            .expect("list");
+        assert_eq!(
+            listed.len(),
+            1,
+            "one call with one key must leave exactly one execution: {listed:?}"
+        );
+        assert_eq!(listed[0].execution, a.execution);
+    }
+    let _ = engine.cancel(&a.execution).await;
+}
+
+/// An answer to a key the execution never asked (while it runs, and after it ended) is
+/// not-found: it is never reported as delivered.
+pub async fn answers_to_keys_not_asked_are_not_found(fx: &Fixture) {
+    let answer = || InputResponse {
+        action: Action::Accept,
+        content: Some(serde_json::json!({"answer": "x"})),
+    };
+    let running = start(&fx.slow).await;
+    let got = fx
+        .slow
+        .engine
+        .respond(&running, "never-asked", answer())
+        .await;
+    assert!(
+        matches!(got, Err(EngineError::NotFound { .. })),
+        "answer to a key not asked, while running: {got:?}"
+    );
+    let _ = fx.slow.engine.cancel(&running).await;
+    let done = start(&fx.success).await;
+    poll_until(&fx.success, &done, fx.timeout, |r| r.state.is_terminal()).await;
+    let got = fx
+        .success
+        .engine
+        .respond(&done, "never-asked", answer())
+        .await;
+    assert!(
+        matches!(got, Err(EngineError::NotFound { .. })),
+        "answer after the end: {got:?}"
+    );
+}
+
+/// Cancelling an execution that already completed is not an error and changes nothing: it
+/// stays completed with its output.
+pub async fn cancel_after_the_end_changes_nothing(fx: &Fixture) {
+    let execution = start(&fx.success).await;
+    let before = poll_until(&fx.success, &execution, fx.timeout, |r| {
+        r.state.is_terminal()
+    })
+    .await;
+    assert_eq!(before.state, TaskState::Completed, "{before:?}");
+    fx.success
+        .engine
+        .cancel(&execution)
+        .await
+        .expect("cancel of a completed execution is not an error");
+    let after = fx
+        .success
+        .engine
+        .get(&execution)
+        .await
+        .expect("get after cancel");
+    assert_eq!(
+        after.state,
+        TaskState::Completed,
+        "a cancel changed a finished run: {after:?}"
+    );
+    assert_eq!(after.output, before.output);
+}
+
 /// An input request appears with a key, `respond` answers it, and the run uses the answer.
 pub async fn input_request_is_answered(fx: &Fixture) {
     let Some(asks) = &fx.asks else { return };
@@ -267,7 +380,10 @@ pub async fn input_request_is_answered(fx: &Fixture) {
             },
         )
         .await;
-    assert!(again.is_err(), "a key is answered once");
+    assert!(
+        matches!(again, Err(EngineError::NotFound { .. })),
+        "a key is answered once, then not-found: {again:?}"
+    );
 }
 
 /// A declined question is reported to the execution, which does not stay waiting.

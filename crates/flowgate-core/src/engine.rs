@@ -1,6 +1,7 @@
 //! The contract between the server and a workflow engine.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -22,6 +23,46 @@ impl std::fmt::Display for ExecutionRef {
     }
 }
 
+/// The one key of one tool call, made before its first start attempt and sent with every
+/// retry, so that an engine reaches the same execution however often the start is retried
+/// (an answer lost after the engine accepted the start must not run the workflow twice).
+///
+/// 32 lowercase hex digits (128 random bits): valid as it is in a Step Functions execution
+/// name, a Google Cloud label value, a CI variable or a workflow input.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// A fresh random key, for a new call.
+    pub fn new() -> Self {
+        IdempotencyKey(format!("{:032x}", rand::random::<u128>()))
+    }
+
+    /// A key from its text, if it has the key's form (32 lowercase hex digits).
+    pub fn parse(text: &str) -> Option<Self> {
+        let ok = text.len() == 32 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        ok.then(|| IdempotencyKey(text.to_owned()))
+    }
+
+    /// The key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for IdempotencyKey {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What a tool call hands the engine to start an execution.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StartRequest {
@@ -31,8 +72,25 @@ pub struct StartRequest {
     pub arguments: Value,
     /// A digest of the caller's principal, for labelling executions (never the principal itself).
     pub principal_digest: String,
-    /// A name that makes a retried start reach the same execution, where the engine supports it.
-    pub idempotency_key: Option<String>,
+    /// The call's key: every attempt to start this call carries the same one, and an engine
+    /// must reach the same execution for it (never start a second).
+    pub idempotency_key: IdempotencyKey,
+}
+
+impl StartRequest {
+    /// A request for `tool` with `arguments` and a fresh idempotency key.
+    pub fn new(
+        tool: impl Into<String>,
+        arguments: Value,
+        principal_digest: impl Into<String>,
+    ) -> Self {
+        StartRequest {
+            tool: tool.into(),
+            arguments,
+            principal_digest: principal_digest.into(),
+            idempotency_key: IdempotencyKey::new(),
+        }
+    }
 }
 
 /// The engine's acknowledgement of a start: the execution exists and `get` will find it.
@@ -120,6 +178,13 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
+    /// The least time between polls this engine asks for right now (from the rate limits it
+    /// has seen: remaining quota, resets, throttling), `None` when it has no opinion. The
+    /// server advertises the larger of this and the tool's own `pollIntervalMs`.
+    fn pacing(&self) -> Option<Duration> {
+        None
+    }
+
     /// Runs an execution to its end and returns its final record, for engines whose
     /// executions are synchronous only ([`Capabilities::synchronous_only`]).
     ///
@@ -135,8 +200,13 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
 
     /// Starts an execution. Returns only once [`Engine::get`] would find it.
     ///
+    /// Exactly once per [`StartRequest::idempotency_key`]: a second call with the same key
+    /// (a retry after a lost answer, a timeout, a crash) returns the execution the first one
+    /// started, and never starts another.
+    ///
     /// # Errors
-    /// `InvalidInput` when the engine refuses the arguments, `Denied`, `Throttled`, `Unavailable`.
+    /// `InvalidInput` when the engine refuses the arguments, `Denied`, `Throttled`,
+    /// `Unavailable`, `Timeout` (the start may or may not have happened: retry with the same key).
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError>;
 
     /// Reads the execution's current record.
@@ -188,6 +258,9 @@ macro_rules! forward_engine {
             }
             fn retention_ms(&self) -> Option<u64> {
                 (**self).retention_ms()
+            }
+            fn pacing(&self) -> Option<Duration> {
+                (**self).pacing()
             }
             async fn run_sync(
                 &self,

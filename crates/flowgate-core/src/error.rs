@@ -55,6 +55,16 @@ pub enum EngineError {
         #[source]
         source: Option<Source>,
     },
+    /// The engine did not answer within the call's deadline. Unlike `Unavailable`, the call
+    /// may have taken effect: only an idempotent call (a start with the same key, a get) may
+    /// simply be tried again.
+    #[error("{engine}: no answer in time: {message}")]
+    Timeout {
+        /// The engine kind.
+        engine: &'static str,
+        /// Which call, and how long it waited.
+        message: String,
+    },
     /// The engine cannot do this at all.
     #[error("{engine}: {operation} is not supported")]
     Unsupported {
@@ -70,7 +80,9 @@ impl EngineError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            EngineError::Throttled { .. } | EngineError::Unavailable { .. }
+            EngineError::Throttled { .. }
+                | EngineError::Unavailable { .. }
+                | EngineError::Timeout { .. }
         )
     }
 

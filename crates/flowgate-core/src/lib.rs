@@ -25,9 +25,10 @@ pub mod conformance;
 pub mod testing;
 
 pub use engine::{
-    Capabilities, Engine, ExecutionRef, ExecutionSummary, ListFilter, StartRequest, Started,
+    Capabilities, Engine, ExecutionRef, ExecutionSummary, IdempotencyKey, ListFilter, StartRequest,
+    Started,
 };
 pub use error::{EngineError, kind_for_status};
 pub use record::{Action, EngineFailure, ExecutionRecord, InputRequest, InputResponse};
-pub use registry::{Factory, Registry};
+pub use registry::{Factory, Registry, TargetError, parse_target};
 pub use state::TaskState;

@@ -42,12 +42,25 @@ type Runs = Arc<Mutex<HashMap<String, Run>>>;
 #[derive(Debug, Clone, Default)]
 pub struct FakeEngine {
     runs: Runs,
+    lose_next_start_answer: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeEngine {
     /// An engine with no executions.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes the next start create its execution and then answer [`EngineError::Timeout`],
+    /// as a start whose answer was lost on the way back.
+    pub fn lose_next_start_answer(&self) {
+        self.lose_next_start_answer
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many executions exist (every principal).
+    pub fn execution_count(&self) -> usize {
+        lock(&self.runs).len()
     }
 }
 
@@ -170,19 +183,17 @@ impl Engine for FakeEngine {
                 });
             }
         };
-        let id = match request.idempotency_key {
-            Some(key) if lock(&self.runs).contains_key(&key) => {
-                let created_at = lock(&self.runs).get(&key).map(|r| r.record.created_at);
-                return Ok(Started {
-                    execution: ExecutionRef(key),
-                    created_at: created_at.unwrap_or_else(Utc::now),
-                });
-            }
-            Some(key) => key,
-            None => format!("fake-{:032x}", rand::random::<u128>()),
-        };
+        let id = format!("fake-{}", request.idempotency_key);
+        let mut runs = lock(&self.runs);
+        if let Some(run) = runs.get(&id) {
+            // The same call again (a retried start): the execution it already started.
+            return Ok(Started {
+                execution: ExecutionRef(id),
+                created_at: run.record.created_at,
+            });
+        }
         let now = Utc::now();
-        lock(&self.runs).insert(
+        runs.insert(
             id.clone(),
             Run {
                 record: ExecutionRecord::new(TaskState::Submitted, "QUEUED", now),
@@ -192,8 +203,17 @@ impl Engine for FakeEngine {
             },
         );
         let task = tokio::spawn(drive(self.runs.clone(), id.clone(), script));
-        if let Some(run) = lock(&self.runs).get_mut(&id) {
+        if let Some(run) = runs.get_mut(&id) {
             run.task = Some(task);
+        }
+        if self
+            .lose_next_start_answer
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(EngineError::Timeout {
+                engine: KIND,
+                message: "start: the answer was lost".into(),
+            });
         }
         Ok(Started {
             execution: ExecutionRef(id),
@@ -311,6 +331,10 @@ mod tests {
             )),
             answer: json!({"answer": "Alice"}),
             timeout: Duration::from_secs(10),
+            lose_next_start_answer: Some(crate::conformance::LoseNextStartAnswer(Arc::new({
+                let e = e.clone();
+                move || e.lose_next_start_answer()
+            }))),
         };
         run_all(&fixture).await;
     }
@@ -319,14 +343,9 @@ mod tests {
     async fn list_filters_by_principal() {
         let e = FakeEngine::new();
         for p in ["a", "a", "b"] {
-            e.start(StartRequest {
-                tool: "t".into(),
-                arguments: json!({}),
-                principal_digest: p.into(),
-                idempotency_key: None,
-            })
-            .await
-            .expect("start");
+            e.start(StartRequest::new("t", json!({}), p))
+                .await
+                .expect("start");
         }
         let filter = ListFilter {
             principal_digest: Some("a".into()),

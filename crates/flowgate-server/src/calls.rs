@@ -62,12 +62,13 @@ impl FlowgateServer {
             ])));
         }
         let principal = principal::of(&ctx);
-        let start = StartRequest {
-            tool: entry.spec.name.clone(),
+        // One key for the call, made before the first attempt: every retry below carries it,
+        // so the engine starts at most one execution however the attempts end.
+        let start = StartRequest::new(
+            entry.spec.name.clone(),
             arguments,
-            principal_digest: principal::digest(&principal),
-            idempotency_key: None,
-        };
+            principal::digest(&principal),
+        );
         if entry.engine.capabilities().synchronous_only {
             // Not retried: a synchronous run may have happened even when its answer was lost.
             return match entry.engine.run_sync(start).await {

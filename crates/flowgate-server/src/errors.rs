@@ -24,6 +24,10 @@ pub(crate) fn tool_error(tool: &str, error: &EngineError) -> CallToolResult {
         EngineError::NotFound { .. } => {
             "The workflow this tool names does not exist; tell an operator."
         }
+        EngineError::Timeout { .. } => {
+            "The engine did not answer in time, so the workflow may or may not have started; \
+             check the engine before calling again."
+        }
         _ => "Tell an operator.",
     };
     CallToolResult::error(vec![ContentBlock::text(format!(
@@ -95,6 +99,13 @@ mod tests {
                     operation: "start",
                 },
                 "operator",
+            ),
+            (
+                EngineError::Timeout {
+                    engine: "local",
+                    message: "start".into(),
+                },
+                "may or may not have started",
             ),
         ];
         for (error, hint) in cases {

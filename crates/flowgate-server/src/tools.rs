@@ -71,7 +71,7 @@ impl ToolSet {
                         presentation,
                     });
                 }
-                Err(message) => errors.push(spec.target.location.error(message)),
+                Err(e) => errors.push(spec.target.location.error(e.message)),
             }
         }
         if errors.is_empty() {

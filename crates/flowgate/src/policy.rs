@@ -16,13 +16,13 @@ use crate::setup;
 fn targets<T>(
     manifest: &Manifest,
     kind: &str,
-    parse: impl Fn(&Map<String, Value>) -> Result<T, String>,
+    parse: impl Fn(&Map<String, Value>) -> Result<T, flowgate_core::TargetError>,
 ) -> Result<Vec<T>, ManifestError> {
     manifest
         .tools
         .iter()
         .filter(|t| t.target.engine == kind)
-        .map(|t| parse(&t.target.config).map_err(|e| t.target.location.error(e)))
+        .map(|t| parse(&t.target.config).map_err(|e| t.target.location.error(e.message)))
         .collect()
 }
 

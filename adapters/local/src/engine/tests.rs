@@ -35,7 +35,7 @@ async fn start(e: &LocalEngine, arguments: Value) -> ExecutionRef {
         tool: "t".into(),
         arguments,
         principal_digest: "p".into(),
-        idempotency_key: None,
+        idempotency_key: flowgate_core::IdempotencyKey::new(),
     };
     e.start(request).await.expect("start").execution
 }
@@ -64,6 +64,7 @@ async fn local_engine_passes_the_conformance_suite() {
         asks: None,
         answer: Value::Null,
         timeout: Duration::from_secs(10),
+        lose_next_start_answer: None,
     };
     run_all(&fixture).await;
 }
