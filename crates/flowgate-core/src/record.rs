@@ -28,6 +28,10 @@ pub struct ExecutionRecord {
     pub input_requests: Vec<InputRequest>,
     /// A link to the engine's own page for this execution.
     pub console_url: Option<String>,
+    /// Poll this execution no more often than this (its data is unavailable for a while, the
+    /// engine is backlogged): the advertised `pollIntervalMs` is at least this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_poll_interval: Option<std::time::Duration>,
 }
 
 /// An engine-reported failure: the workflow ran and failed, as opposed to flowgate failing to
@@ -86,6 +90,7 @@ impl ExecutionRecord {
             failure: None,
             input_requests: Vec::new(),
             console_url: None,
+            min_poll_interval: None,
         }
     }
 }

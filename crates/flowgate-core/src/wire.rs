@@ -120,7 +120,10 @@ pub fn project(record: &ExecutionRecord, how: &Presentation) -> WireTask {
         created_at: rfc3339(record.created_at),
         last_updated_at: rfc3339(record.updated_at),
         ttl_ms: how.ttl_ms,
-        poll_interval_ms: how.poll_interval_ms,
+        poll_interval_ms: record.min_poll_interval.map_or(how.poll_interval_ms, |d| {
+            how.poll_interval_ms
+                .max(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        }),
         outcome: outcome(record, how),
     }
 }
@@ -309,6 +312,17 @@ mod tests {
         assert_eq!(map["q2"]["method"], "elicitation/create");
         assert_eq!(map["q2"]["params"]["message"], "ask q2");
         assert_eq!(map["q2"]["params"]["mode"], "form");
+    }
+
+    #[test]
+    fn an_execution_can_ask_for_slower_polls() {
+        let mut r = record(TaskState::Working);
+        let how = how(FailureMode::ToolError, false);
+        assert_eq!(project(&r, &how).poll_interval_ms, 1000);
+        r.min_poll_interval = Some(std::time::Duration::from_secs(30));
+        assert_eq!(project(&r, &how).poll_interval_ms, 30_000);
+        r.min_poll_interval = Some(std::time::Duration::from_millis(10));
+        assert_eq!(project(&r, &how).poll_interval_ms, 1000);
     }
 
     #[test]
