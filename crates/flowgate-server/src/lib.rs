@@ -10,6 +10,7 @@
 //! - [`ToolSet`]: manifest tools bound to their engines, with their compiled schemas.
 //! - [`http`]: stateless Streamable HTTP at `/mcp`; [`stdio`]: the same server over stdio.
 
+mod answers;
 mod calls;
 mod client;
 mod errors;
