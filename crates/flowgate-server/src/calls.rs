@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use flowgate_core::handle::TaskHandle;
-use flowgate_core::wire::{self, Outcome, Presentation};
+use flowgate_core::wire::{self, Outcome};
 use flowgate_core::{ExecutionRecord, StartRequest, Started};
 use flowgate_manifest::TaskSupport;
 use rmcp::model::{
@@ -72,8 +72,7 @@ impl FlowgateServer {
         if entry.engine.capabilities().synchronous_only {
             // Not retried: a synchronous run may have happened even when its answer was lost.
             return match entry.engine.run_sync(start).await {
-                Ok(record) => finished(&entry.spec.name, &record, &entry.presentation)
-                    .map(CallToolResponse::Complete),
+                Ok(record) => finished(entry, &record).map(CallToolResponse::Complete),
                 Err(e) => Ok(CallToolResponse::Complete(tool_error(&entry.spec.name, &e))),
             };
         }
@@ -139,7 +138,7 @@ impl FlowgateServer {
                 Err(e) => return Ok(tool_error(name, &e)),
             };
             if record.state.is_terminal() {
-                return finished(name, &record, &how);
+                return finished(entry, &record);
             }
             let give_up = match wire::outcome(&record, &how) {
                 Outcome::InputRequired(_) => Some(
@@ -177,12 +176,9 @@ pub(crate) fn to_call_tool_result(result: Value) -> CallToolResult {
 
 /// The synchronous answer for a finished record. An unfinished one (an engine that returned
 /// early) reads as a tool error.
-fn finished(
-    name: &str,
-    record: &ExecutionRecord,
-    how: &Presentation,
-) -> Result<CallToolResult, ErrorData> {
-    match wire::outcome(record, how) {
+fn finished(entry: &ToolEntry, record: &ExecutionRecord) -> Result<CallToolResult, ErrorData> {
+    let name = &entry.spec.name;
+    match entry.outcome(record) {
         Outcome::Completed(result) => Ok(to_call_tool_result(result)),
         Outcome::Failed(e) => Err(ErrorData::new(ErrorCode(e.code as i32), e.message, e.data)),
         Outcome::Cancelled => Ok(CallToolResult::error(vec![ContentBlock::text(format!(

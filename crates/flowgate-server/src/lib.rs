@@ -17,6 +17,7 @@ mod errors;
 mod handler;
 pub mod http;
 mod mrtr;
+mod output;
 mod principal;
 mod retry;
 pub mod stdio;

@@ -1,7 +1,7 @@
 //! `tasks/get`, `tasks/update`, `tasks/cancel`: open the handle, ask the engine.
 
 use flowgate_core::handle::TaskHandle;
-use flowgate_core::wire::{self, Outcome, WireTask};
+use flowgate_core::wire::{Outcome, WireTask};
 use rmcp::model::{
     DetailedTask, GetTaskResult, InputRequests, InputResponses, Task, TaskPayload, TaskStatus,
 };
@@ -47,7 +47,7 @@ impl FlowgateServer {
         let (handle, entry) = self.open(task_id, ctx)?;
         let how = entry.presentation.clone();
         let wire = match retrying(|| entry.engine.get(&handle.execution)).await {
-            Ok(record) => wire::project(&record, &how),
+            Ok(record) => entry.project(&record),
             Err(e) if e.is_retryable() => {
                 // The engine holds the task; it is unreachable right now, not lost. Report that
                 // on the task and ask the client to come back later.
