@@ -15,6 +15,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
 use crate::errors::tool_error;
+use crate::hang_up;
 use crate::mrtr::Gathered;
 use crate::retry::retrying;
 use crate::{FlowgateServer, ToolEntry, principal};
@@ -89,7 +90,8 @@ impl FlowgateServer {
                 self.created(entry, &started, &principal),
             ));
         }
-        self.wait_for_result(entry, &started)
+        let wait = self.wait_for_result(entry, &started);
+        hang_up::unless_hung_up(entry, &started.execution, &ctx.ct, wait)
             .await
             .map(CallToolResponse::Complete)
     }

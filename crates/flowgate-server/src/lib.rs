@@ -15,6 +15,7 @@ mod calls;
 mod client;
 mod errors;
 mod handler;
+mod hang_up;
 pub mod http;
 mod mrtr;
 mod output;
