@@ -4,8 +4,10 @@
 //! without sessions; older clients that `initialize` are served too, also without a session id
 //! (and get synchronous results). No request depends on an earlier one reaching this instance.
 //!
-//! In front of rmcp: a foreign `Origin` gets 403 (module `origins`).
+//! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), and a body that is not a
+//! JSON-RPC message gets a JSON-RPC error (module `malformed`).
 
+mod malformed;
 mod origins;
 
 pub use origins::allowed_origin;
@@ -56,6 +58,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
             .with_allowed_origins(origins)
             .enforce_origin_validation();
     }
+    let body_limit = config.max_request_body_bytes;
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(NeverSessionManager::default()),
@@ -63,6 +66,10 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     );
     Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit,
+            malformed::jsonrpc_errors,
+        ))
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(request_span))
 }

@@ -19,6 +19,7 @@ mod hang_up;
 pub mod http;
 mod mrtr;
 mod output;
+mod params;
 mod principal;
 mod retry;
 pub mod stdio;
