@@ -27,8 +27,10 @@
 
 mod error;
 mod load;
+mod schema;
 mod tool;
 
 pub use error::ManifestError;
 pub use load::{load_path, parse_str};
+pub use schema::{Naming, Schema};
 pub use tool::{Elicit, Location, Manifest, Target, TaskSupport, ToolSpec, Ttl};

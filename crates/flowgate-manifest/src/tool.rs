@@ -7,6 +7,7 @@ use flowgate_core::wire::{FailureMode, Presentation};
 use serde_json::{Map, Value};
 
 use crate::ManifestError;
+use crate::schema::{Naming, Schema};
 
 /// Where something was declared.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,24 +129,18 @@ impl ToolSpec {
     /// # Errors
     /// One message per problem, each naming the argument (`/path`) it is about.
     pub fn validate_arguments(&self, arguments: &Value) -> Result<(), Vec<String>> {
-        let errors: Vec<String> = self
-            .validator
-            .iter_errors(arguments)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                let at = if path.is_empty() {
-                    "arguments".to_owned()
-                } else {
-                    format!("argument {path}")
-                };
-                format!("{at}: {e}")
-            })
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors)
-        }
+        crate::schema::check(&self.validator, arguments, Naming::ARGUMENTS)
+    }
+
+    /// The compiled output schema, when the tool declares one: what every result must match.
+    ///
+    /// # Errors
+    /// When the schema does not compile (loading a manifest already refuses such a schema).
+    pub fn output_check(&self) -> Result<Option<Schema>, String> {
+        self.output_schema
+            .as_ref()
+            .map(|s| Schema::compile(&Value::Object(s.clone())))
+            .transpose()
     }
 
     /// How this tool's results are shaped on the wire, given its engine's retention.
@@ -170,5 +165,48 @@ impl Manifest {
     /// The tool called `name`.
     pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
         self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    const TOOLS: &str = r#"
+tools:
+  - name: counted
+    input_schema: { type: object, properties: { day: { type: string } } }
+    output_schema: { type: object, properties: { rows: { type: integer } }, required: [rows] }
+    target: { engine: local, command: [echo] }
+  - name: plain
+    target: { engine: local, command: [echo] }
+"#;
+
+    #[test]
+    fn arguments_and_results_are_checked_by_the_same_machinery() {
+        let manifest = crate::parse_str(TOOLS, Path::new("m.yaml")).expect("valid manifest");
+        let counted = manifest.tool("counted").expect("counted");
+        let problems = counted
+            .validate_arguments(&json!({"day": 3}))
+            .expect_err("day must be a string");
+        assert!(problems[0].starts_with("argument /day: "), "{problems:?}");
+
+        let output = counted.output_check().expect("compiles").expect("declared");
+        assert_eq!(
+            output.check(&json!({"rows": 3}), crate::Naming::RESULT),
+            Ok(())
+        );
+        let problems = output
+            .check(&json!({"rows": "3"}), crate::Naming::RESULT)
+            .expect_err("rows must be an integer");
+        assert!(
+            problems[0].starts_with("result field /rows: "),
+            "{problems:?}"
+        );
+
+        let plain = manifest.tool("plain").expect("plain");
+        assert!(plain.output_check().expect("nothing to compile").is_none());
     }
 }

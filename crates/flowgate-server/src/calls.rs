@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use flowgate_core::handle::TaskHandle;
-use flowgate_core::wire::{self, Outcome, Presentation};
+use flowgate_core::wire::{self, Outcome};
 use flowgate_core::{ExecutionRecord, StartRequest, Started};
 use flowgate_manifest::TaskSupport;
 use rmcp::model::{
@@ -15,6 +15,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
 use crate::errors::tool_error;
+use crate::hang_up;
 use crate::mrtr::Gathered;
 use crate::retry::retrying;
 use crate::{FlowgateServer, ToolEntry, principal};
@@ -72,8 +73,7 @@ impl FlowgateServer {
         if entry.engine.capabilities().synchronous_only {
             // Not retried: a synchronous run may have happened even when its answer was lost.
             return match entry.engine.run_sync(start).await {
-                Ok(record) => finished(&entry.spec.name, &record, &entry.presentation)
-                    .map(CallToolResponse::Complete),
+                Ok(record) => finished(entry, &record).map(CallToolResponse::Complete),
                 Err(e) => Ok(CallToolResponse::Complete(tool_error(&entry.spec.name, &e))),
             };
         }
@@ -90,7 +90,8 @@ impl FlowgateServer {
                 self.created(entry, &started, &principal),
             ));
         }
-        self.wait_for_result(entry, &started)
+        let wait = self.wait_for_result(entry, &started);
+        hang_up::unless_hung_up(entry, &started.execution, &ctx.ct, wait)
             .await
             .map(CallToolResponse::Complete)
     }
@@ -139,7 +140,7 @@ impl FlowgateServer {
                 Err(e) => return Ok(tool_error(name, &e)),
             };
             if record.state.is_terminal() {
-                return finished(name, &record, &how);
+                return finished(entry, &record);
             }
             let give_up = match wire::outcome(&record, &how) {
                 Outcome::InputRequired(_) => Some(
@@ -177,12 +178,9 @@ pub(crate) fn to_call_tool_result(result: Value) -> CallToolResult {
 
 /// The synchronous answer for a finished record. An unfinished one (an engine that returned
 /// early) reads as a tool error.
-fn finished(
-    name: &str,
-    record: &ExecutionRecord,
-    how: &Presentation,
-) -> Result<CallToolResult, ErrorData> {
-    match wire::outcome(record, how) {
+fn finished(entry: &ToolEntry, record: &ExecutionRecord) -> Result<CallToolResult, ErrorData> {
+    let name = &entry.spec.name;
+    match entry.outcome(record) {
         Outcome::Completed(result) => Ok(to_call_tool_result(result)),
         Outcome::Failed(e) => Err(ErrorData::new(ErrorCode(e.code as i32), e.message, e.data)),
         Outcome::Cancelled => Ok(CallToolResult::error(vec![ContentBlock::text(format!(

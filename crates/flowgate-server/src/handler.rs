@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use flowgate_core::handle::Keyring;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CustomRequest, CustomResult,
+    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -112,6 +112,16 @@ impl ServerHandler for FlowgateServer {
     ) -> Result<(), ErrorData> {
         self.task_update(&request.task_id, request.input_responses, &ctx)
             .await
+    }
+
+    /// Requests rmcp could not decode into a method's params land here: `-32602` for methods
+    /// flowgate serves, `-32601` for the rest.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(crate::params::unrouted(&request))
     }
 
     async fn cancel_task(

@@ -3,6 +3,14 @@
 //! 2026-07-28 requests carry their version and capabilities in every request and are served
 //! without sessions; older clients that `initialize` are served too, also without a session id
 //! (and get synchronous results). No request depends on an earlier one reaching this instance.
+//!
+//! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), and a body that is not a
+//! JSON-RPC message gets a JSON-RPC error (module `malformed`).
+
+mod malformed;
+mod origins;
+
+pub use origins::allowed_origin;
 
 use std::sync::Arc;
 
@@ -24,6 +32,9 @@ pub struct HttpOptions {
     /// Host names (with or without port) the `Host` header may carry. Empty: loopback only.
     /// `*` alone turns the check off (for use behind a gateway that checks it).
     pub allowed_hosts: Vec<String>,
+    /// Browser origins allowed besides loopback ones, in any form [`allowed_origin`] accepts.
+    /// `*` turns the check off. Requests without `Origin` always pass.
+    pub allowed_origins: Vec<String>,
     /// Cancelled to stop in-flight request handling on shutdown.
     pub shutdown: CancellationToken,
 }
@@ -42,6 +53,12 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         hosts.extend(["localhost", "127.0.0.1", "::1"].map(String::from));
         config = config.with_allowed_hosts(hosts);
     }
+    if let Some(origins) = origins::allowlist(&options.allowed_origins) {
+        config = config
+            .with_allowed_origins(origins)
+            .enforce_origin_validation();
+    }
+    let body_limit = config.max_request_body_bytes;
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(NeverSessionManager::default()),
@@ -49,6 +66,10 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     );
     Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit,
+            malformed::jsonrpc_errors,
+        ))
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(request_span))
 }

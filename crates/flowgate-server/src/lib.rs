@@ -10,12 +10,16 @@
 //! - [`ToolSet`]: manifest tools bound to their engines, with their compiled schemas.
 //! - [`http`]: stateless Streamable HTTP at `/mcp`; [`stdio`]: the same server over stdio.
 
+mod answers;
 mod calls;
 mod client;
 mod errors;
 mod handler;
+mod hang_up;
 pub mod http;
 mod mrtr;
+mod output;
+mod params;
 mod principal;
 mod retry;
 pub mod stdio;

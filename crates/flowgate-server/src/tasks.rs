@@ -1,8 +1,7 @@
 //! `tasks/get`, `tasks/update`, `tasks/cancel`: open the handle, ask the engine.
 
-use flowgate_core::InputResponse;
 use flowgate_core::handle::TaskHandle;
-use flowgate_core::wire::{self, Outcome, WireTask};
+use flowgate_core::wire::{Outcome, WireTask};
 use rmcp::model::{
     DetailedTask, GetTaskResult, InputRequests, InputResponses, Task, TaskPayload, TaskStatus,
 };
@@ -10,6 +9,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::json;
 
+use crate::answers;
 use crate::errors::{rpc_error, task_not_found};
 use crate::retry::retrying;
 use crate::{FlowgateServer, ToolEntry, principal};
@@ -47,7 +47,7 @@ impl FlowgateServer {
         let (handle, entry) = self.open(task_id, ctx)?;
         let how = entry.presentation.clone();
         let wire = match retrying(|| entry.engine.get(&handle.execution)).await {
-            Ok(record) => wire::project(&record, &how),
+            Ok(record) => entry.project(&record),
             Err(e) if e.is_retryable() => {
                 // The engine holds the task; it is unreachable right now, not lost. Report that
                 // on the task and ask the client to come back later.
@@ -78,27 +78,15 @@ impl FlowgateServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let (handle, entry) = self.open(task_id, ctx)?;
-        for (key, value) in responses {
-            let Ok(response) = serde_json::from_value::<InputResponse>(value) else {
-                // Malformed answers to keys that are not outstanding are ignored like any other
-                // stray key; a malformed answer to an outstanding question is the caller's error.
-                let outstanding = retrying(|| entry.engine.get(&handle.execution))
-                    .await
-                    .is_ok_and(|r| r.input_requests.iter().any(|q| q.key == key));
-                if outstanding {
-                    return Err(ErrorData::invalid_params(
-                        format!(
-                            "inputResponses.{key} is not an elicitation result ({{action, content}})"
-                        ),
-                        None,
-                    ));
-                }
-                tracing::debug!(
-                    key,
-                    "ignored a malformed response to a key that is not outstanding"
-                );
-                continue;
-            };
+        if responses.is_empty() {
+            return Ok(());
+        }
+        // The questions' schemas live in the engine's record: read it once, check every answer
+        // against it, and deliver only when all of them are sound.
+        let record = retrying(|| entry.engine.get(&handle.execution))
+            .await
+            .map_err(|e| rpc_error(&entry.spec.name, &e))?;
+        for (key, response) in answers::checked(&record, responses)? {
             match retrying(|| {
                 entry
                     .engine
@@ -107,7 +95,7 @@ impl FlowgateServer {
             .await
             {
                 Ok(()) => {}
-                // Responses to keys that are not outstanding are ignored, as the extension asks.
+                // Answered meanwhile (first answer wins): ignored, as for any stray key.
                 Err(e) if e.is_not_found() => {
                     tracing::debug!(key, "ignored a response to a key that is not outstanding");
                 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use flowgate_core::wire::Presentation;
 use flowgate_core::{Engine, Registry};
-use flowgate_manifest::{Manifest, ManifestError, TaskSupport, ToolSpec};
+use flowgate_manifest::{Manifest, ManifestError, Schema, TaskSupport, ToolSpec};
 use rmcp::model::Tool;
 
 /// One tool: its spec, its engine, and its MCP description.
@@ -19,6 +19,8 @@ pub struct ToolEntry {
     pub tool: Tool,
     /// How results and tasks are shaped (with the TTL resolved against the engine).
     pub presentation: Presentation,
+    /// The compiled output schema every result must match, when the tool declares one.
+    pub output: Option<Schema>,
 }
 
 /// Every tool the server offers, in manifest order.
@@ -54,6 +56,16 @@ impl ToolSet {
                     )));
                 }
                 Ok(engine) => {
+                    let output = match spec.output_check() {
+                        Ok(output) => output,
+                        Err(e) => {
+                            errors.push(spec.location.error(format!(
+                                "tool {:?}: output_schema is not a valid JSON Schema: {e}",
+                                spec.name
+                            )));
+                            continue;
+                        }
+                    };
                     let mut tool = Tool::new(
                         spec.name.clone(),
                         spec.description.clone(),
@@ -69,6 +81,7 @@ impl ToolSet {
                         engine,
                         tool,
                         presentation,
+                        output,
                     });
                 }
                 Err(e) => errors.push(spec.target.location.error(e.message)),

@@ -66,6 +66,15 @@ pub(crate) struct ServeArgs {
         value_delimiter = ','
     )]
     pub(crate) allowed_hosts: Vec<String>,
+    /// Browser origins allowed to call besides loopback ones (repeatable, or comma separated):
+    /// `https://app.example` (default port), `http://host:8080`, `http://host:*` (any port);
+    /// `*` turns the check off. A request with any other `Origin` gets 403.
+    #[arg(
+        long = "allowed-origin",
+        env = env_vars::ALLOWED_ORIGINS,
+        value_delimiter = ','
+    )]
+    pub(crate) allowed_origins: Vec<String>,
     /// Where the local engine keeps its runs.
     #[arg(long, env = env_vars::STATE_DIR)]
     pub(crate) state_dir: Option<PathBuf>,

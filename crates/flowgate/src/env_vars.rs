@@ -17,6 +17,10 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         ALLOWED_HOSTS,
         "Host header values accepted besides loopback; * turns the check off",
     ),
+    (
+        ALLOWED_ORIGINS,
+        "browser origins allowed besides loopback; * turns the check off",
+    ),
     (STATE_DIR, "where the local engine keeps runs"),
     (
         SYNC_WAIT_SECS,
@@ -52,6 +56,7 @@ pub(crate) const MANIFEST_YAML: &str = "FLOWGATE_MANIFEST_YAML";
 pub(crate) const LISTEN: &str = "FLOWGATE_LISTEN";
 pub(crate) const PORT: &str = "PORT";
 pub(crate) const ALLOWED_HOSTS: &str = "FLOWGATE_ALLOWED_HOSTS";
+pub(crate) const ALLOWED_ORIGINS: &str = "FLOWGATE_ALLOWED_ORIGINS";
 pub(crate) const STATE_DIR: &str = "FLOWGATE_STATE_DIR";
 pub(crate) const SYNC_WAIT_SECS: &str = "FLOWGATE_SYNC_WAIT_SECS";
 pub(crate) const HANDLE_KEYS: &str = "FLOWGATE_HANDLE_KEYS";

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use flowgate_server::http::{HttpOptions, router};
+use flowgate_server::http::{HttpOptions, allowed_origin, router};
 use flowgate_server::{FlowgateServer, ServerOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -42,11 +42,28 @@ fn listen_address(given: Option<String>) -> String {
         .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
 }
 
+/// The `--allowed-origin` entries in canonical form; a typo is an error at start rather than an
+/// origin that silently matches nothing.
+fn allowed_origins(entries: &[String]) -> Result<Vec<String>, String> {
+    entries
+        .iter()
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| allowed_origin(e))
+        .collect()
+}
+
 async fn serve(args: ServeArgs) -> ExitCode {
     let state_dir = setup::state_dir(args.state_dir.clone());
     let registry = setup::registry(&state_dir);
     let Some(tools) = setup::tool_set(args.manifest.as_deref(), &registry) else {
         return ExitCode::FAILURE;
+    };
+    let allowed_origins = match allowed_origins(&args.allowed_origins) {
+        Ok(origins) => origins,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     let keys = match keys::load().await {
         Ok(k) => k,
@@ -76,6 +93,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         server,
         HttpOptions {
             allowed_hosts: args.allowed_hosts,
+            allowed_origins,
             shutdown: shutdown.clone(),
         },
     );
@@ -166,10 +184,22 @@ async fn wait_for_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::listen_address;
+    use super::{allowed_origins, listen_address};
 
     #[test]
     fn an_explicit_address_wins() {
         assert_eq!(listen_address(Some("127.0.0.1:9".into())), "127.0.0.1:9");
+    }
+
+    #[test]
+    fn allowed_origins_are_checked_at_start() {
+        let given = ["https://app.example".to_owned(), " ".to_owned()];
+        assert_eq!(
+            allowed_origins(&given),
+            Ok(vec!["https://app.example:443".to_owned()])
+        );
+        let typo = ["app.example".to_owned()];
+        let e = allowed_origins(&typo).expect_err("no scheme");
+        assert!(e.contains("app.example"), "{e}");
     }
 }
