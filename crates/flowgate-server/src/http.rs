@@ -4,10 +4,12 @@
 //! without sessions; older clients that `initialize` are served too, also without a session id
 //! (and get synchronous results). No request depends on an earlier one reaching this instance.
 //!
-//! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), and a body that is not a
-//! JSON-RPC message gets a JSON-RPC error (module `malformed`).
+//! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), a body that is not a
+//! JSON-RPC message gets a JSON-RPC error (module `malformed`), and a `tasks/*` request without
+//! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`).
 
 mod malformed;
+mod mcp_name;
 mod origins;
 
 pub use origins::allowed_origin;
@@ -66,6 +68,10 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     );
     Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit,
+            mcp_name::fill_task_name,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             body_limit,
             malformed::jsonrpc_errors,

@@ -15,3 +15,4 @@ mod restart;
 mod stdio;
 mod stepfunctions;
 mod support;
+mod task_headers;
