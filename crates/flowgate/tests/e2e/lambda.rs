@@ -17,8 +17,8 @@ use crate::support::{KEY, bin};
 
 const HOST: &str = "abc123.lambda-url.us-east-1.on.aws";
 
-/// The binary under test: the release build when `FLOWGATE_RELEASE_BIN` names it (scripts/test
-/// builds it), else the test build.
+/// The binary under test: the test build, or another build (a release binary about to ship)
+/// when `FLOWGATE_RELEASE_BIN` names it.
 fn function_bin() -> std::path::PathBuf {
     std::env::var_os("FLOWGATE_RELEASE_BIN")
         .map(Into::into)
