@@ -16,6 +16,9 @@ use crate::{CallLogLevel, GcwTarget, KIND, mapping};
 /// Label keys flowgate puts on the executions it starts.
 const TOOL_LABEL: &str = "flowgate-tool";
 const PRINCIPAL_LABEL: &str = "flowgate-principal";
+/// The call's idempotency key: a start first looks for an execution carrying it, because
+/// `executions.create` is not idempotent and a retried call must never create a second.
+const CALL_LABEL: &str = "flowgate-call";
 
 /// The Workflows engine bound to one tool's workflow.
 #[derive(Debug)]
@@ -52,6 +55,26 @@ impl WorkflowsEngine {
                 what: "an execution of another workflow".into(),
             })
         }
+    }
+
+    /// The execution an earlier attempt of the call with idempotency key `key` created, if any.
+    async fn find_call(&self, key: &str) -> Result<Option<Started>, EngineError> {
+        let (client, _) = self.clients().await?;
+        let page = client
+            .list_executions()
+            .set_parent(self.target.parent())
+            .set_filter(format!(
+                "labels.{CALL_LABEL}=\"{}\"",
+                mapping::label_value(key)
+            ))
+            .set_page_size(1)
+            .send()
+            .await
+            .map_err(|e| classify(e, &self.what("executions.list")))?;
+        Ok(page.executions.into_iter().next().map(|e| Started {
+            created_at: mapping::time(e.start_time.as_ref()).unwrap_or_else(chrono::Utc::now),
+            execution: ExecutionRef(e.name),
+        }))
     }
 
     /// The waiting callbacks of a running execution, with what to ask for each.
@@ -128,6 +151,11 @@ impl Engine for WorkflowsEngine {
 
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
         let (client, _) = self.clients().await?;
+        let key = request.idempotency_key.to_string();
+        if let Some(existing) = self.find_call(&key).await? {
+            tracing::info!(execution = %existing.execution, "start reached the execution an earlier attempt of this call created");
+            return Ok(existing);
+        }
         let mut execution = Execution::new()
             .set_argument(request.arguments.to_string())
             .set_labels([
@@ -136,6 +164,7 @@ impl Engine for WorkflowsEngine {
                     PRINCIPAL_LABEL.to_owned(),
                     mapping::label_value(&request.principal_digest),
                 ),
+                (CALL_LABEL.to_owned(), mapping::label_value(&key)),
             ]);
         if let Some(level) = self.target.call_log_level {
             execution = execution.set_call_log_level(match level {

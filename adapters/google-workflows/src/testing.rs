@@ -37,3 +37,29 @@ pub fn target(url: &str, workflow: &str, extra: Value) -> GcwTarget {
     }
     GcwTarget::from_manifest(v.as_object().expect("object")).expect("target")
 }
+
+/// A hook that makes the fake's next `executions.create` take effect and lose its answer.
+///
+/// # Panics
+/// When the fake cannot be reached.
+pub fn lose_next_start_answer(url: &str) -> flowgate_core::conformance::LoseNextStartAnswer {
+    let url = url.to_owned();
+    flowgate_core::conformance::LoseNextStartAnswer(std::sync::Arc::new(move || {
+        use std::io::{Read, Write};
+        let authority = url.trim_start_matches("http://").trim_end_matches('/');
+        let mut stream = std::net::TcpStream::connect(authority).expect("the fake is reachable");
+        write!(
+            stream,
+            "POST /fake/lose-next-create HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        )
+        .expect("write to the fake");
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .expect("read the fake's answer");
+        assert!(
+            answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+            "{answer}"
+        );
+    }))
+}

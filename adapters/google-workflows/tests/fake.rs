@@ -7,7 +7,7 @@ use std::time::Duration;
 use flowgate_core::conformance::{Case, Fixture, run_all};
 use flowgate_core::{Engine, ListFilter, StartRequest, TaskState};
 use flowgate_google_workflows::WorkflowsEngine;
-use flowgate_google_workflows::testing::{fake_url, target};
+use flowgate_google_workflows::testing::{fake_url, lose_next_start_answer, target};
 use serde_json::json;
 
 fn case(url: &str, workflow: &str, arguments: serde_json::Value) -> Case {
@@ -29,7 +29,7 @@ async fn workflows_engine_passes_the_conformance_suite_on_the_fake() {
         asks: Some(case(&url, "approval", json!({"service": "web"}))),
         answer: json!({"answer": "Alice"}),
         timeout: Duration::from_secs(15),
-        lose_next_start_answer: None,
+        lose_next_start_answer: Some(lose_next_start_answer(&url)),
     };
     run_all(&fixture).await;
 }

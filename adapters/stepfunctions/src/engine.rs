@@ -103,11 +103,25 @@ impl StepFunctionsEngine {
                 })
             }
             // The call's key as the name: a retried start is the same named start, which
-            // Step Functions answers with the execution the first attempt made.
-            None => Ok(format!("flowgate-{}", request.idempotency_key)),
+            // Step Functions answers with the execution the first attempt made. The principal's
+            // tag in front is what `list` filters by (executions cannot be tagged).
+            None => Ok(format!(
+                "{}{}",
+                principal_prefix(&request.principal_digest),
+                request.idempotency_key
+            )),
         }
     }
 }
+
+/// The name prefix of the unnamed executions started for a principal: `fg-<tag>-`.
+fn principal_prefix(principal_digest: &str) -> String {
+    format!("fg-{}-", flowgate_core::principal_tag(principal_digest))
+}
+
+/// How many executions `list` reads at most while looking for a principal's (ListExecutions
+/// has no name filter, so a principal's executions are found by scanning newest first).
+const LIST_SCAN_LIMIT: usize = 10_000;
 
 async fn build_client(target: &SfnTarget) -> Client {
     let mut loader =
@@ -363,23 +377,40 @@ impl Engine for StepFunctionsEngine {
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
         let limit = filter.limit.unwrap_or(100).clamp(1, 1000);
-        let out = self
-            .client()
-            .await
-            .list_executions()
-            .state_machine_arn(&self.target.state_machine_arn)
-            .max_results(limit as i32)
-            .send()
-            .await
-            .map_err(|e| classify(e, &self.what("ListExecutions")))?;
-        Ok(out
-            .executions()
-            .iter()
-            .map(|e| ExecutionSummary {
-                execution: ExecutionRef(e.execution_arn.clone()),
-                state: mapping::state(&e.status),
-                created_at: mapping::time(&e.start_date),
-            })
-            .collect())
+        // Only unnamed executions carry their principal (in the name); a templated name does
+        // not, so a principal's listing leaves those out rather than guess.
+        let prefix = filter.principal_digest.as_deref().map(principal_prefix);
+        let mut found = Vec::new();
+        let mut scanned = 0;
+        let mut token: Option<String> = None;
+        loop {
+            let out = self
+                .client()
+                .await
+                .list_executions()
+                .state_machine_arn(&self.target.state_machine_arn)
+                .max_results(1000)
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| classify(e, &self.what("ListExecutions")))?;
+            scanned += out.executions().len();
+            found.extend(
+                out.executions()
+                    .iter()
+                    .filter(|e| prefix.as_ref().is_none_or(|p| e.name.starts_with(p)))
+                    .map(|e| ExecutionSummary {
+                        execution: ExecutionRef(e.execution_arn.clone()),
+                        state: mapping::state(&e.status),
+                        created_at: mapping::time(&e.start_date),
+                    }),
+            );
+            token = out.next_token().map(str::to_owned);
+            if found.len() >= limit || token.is_none() || scanned >= LIST_SCAN_LIMIT {
+                break;
+            }
+        }
+        found.truncate(limit);
+        Ok(found)
     }
 }

@@ -93,6 +93,15 @@ impl StartRequest {
     }
 }
 
+/// A short tag for a principal digest (12 hex characters of its SHA-256), for engines that can
+/// only mark an execution through a size-limited name or label: it fits every engine's
+/// limits, and 48 bits keep one principal's executions apart from another's in a listing.
+pub fn principal_tag(principal_digest: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(principal_digest.as_bytes());
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The engine's acknowledgement of a start: the execution exists and `get` will find it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Started {

@@ -26,7 +26,7 @@ pub mod testing;
 
 pub use engine::{
     Capabilities, Engine, ExecutionRef, ExecutionSummary, IdempotencyKey, ListFilter, StartRequest,
-    Started,
+    Started, principal_tag,
 };
 pub use error::{EngineError, kind_for_status};
 pub use record::{Action, EngineFailure, ExecutionRecord, InputRequest, InputResponse};

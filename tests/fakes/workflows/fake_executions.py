@@ -24,6 +24,9 @@ Shortcuts this fake takes (everything else follows the discovery document):
 - `error.stackTrace` is not produced; `error.context` is the interpreter's message.
 - Callbacks: only HTTP callbacks; `availablePayloads` lists payloads received but not yet
   awaited; a callback request's `query` is always empty.
+- A test-only control path, `POST /fake/lose-next-create`, makes the next executions.create take
+  effect and then drop the connection without an answer (the ambiguous failure a retried create
+  must survive). Google has no such path.
 - The interpreter is workflows-emulator's, with its own documented gaps (no connectors without
   Google credentials).
 """
@@ -61,6 +64,10 @@ WORKFLOWS_DIR = pathlib.Path(".")
 
 class Cancelled(Exception):
     pass
+
+
+# Set by POST /fake/lose-next-create: the next create happens, and its answer is lost.
+LOSE_NEXT_CREATE = False
 
 
 def now():
@@ -330,9 +337,13 @@ class Handler(BaseHTTPRequestHandler):
         return self.error(404, "NOT_FOUND", f"no route for GET {path}")
 
     def do_POST(self):
+        global LOSE_NEXT_CREATE
         if self.read_body() is None:
             return self.error(400, "INVALID_ARGUMENT", "the body is not JSON")
         path, query, int_enums = self.parsed()
+        if path == "/fake/lose-next-create":
+            LOSE_NEXT_CREATE = True
+            return self.send_json(200, {})
         if m := EXEC_COLLECTION.match(path):
             parent, workflow = m.group(1), m.group(2)
             source = WORKFLOWS_DIR / f"{workflow}.yaml"
@@ -352,6 +363,10 @@ class Handler(BaseHTTPRequestHandler):
                 EXECUTIONS[ex.name] = ex
             config = yaml.safe_load(source.read_text())
             threading.Thread(target=run, args=(ex, config), daemon=True, name=ex.name).start()
+            if LOSE_NEXT_CREATE:
+                LOSE_NEXT_CREATE = False
+                self.close_connection = True
+                return None
             with LOCK:
                 return self.send_json(200, ex.to_json("FULL", int_enums))
         if (m := EXEC_ONE.match(path)) and m.group(2):
