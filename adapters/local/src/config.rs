@@ -27,9 +27,27 @@ pub struct LocalTarget {
     /// Extra environment variables.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Names of the server's environment variables the command also gets. A command starts
+    /// with a cleared environment (see [`BASE_ENV`]); nothing else of the server's reaches it.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
     /// The working folder (relative to the manifest's folder); the manifest's folder by default.
     #[serde(default)]
     pub working_dir: Option<PathBuf>,
+}
+
+/// The server's variables every command gets (when the server has them): enough to find
+/// programs and format text, nothing that grants access to anything.
+pub const BASE_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
+
+/// Variables no command may get, whatever its manifest says: the handle sealing keys.
+const NEVER_PASSED: &str = "FLOWGATE_HANDLE_KEYS";
+
+/// Whether `name` is a usable environment variable name.
+fn valid_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 impl LocalTarget {
@@ -48,6 +66,15 @@ impl LocalTarget {
                 "local target: `command` must name a program",
             ));
         }
+        for name in t.env.keys() {
+            check_env_name("env", name)?;
+        }
+        for name in &t.env_passthrough {
+            check_env_name("env_passthrough", name)?;
+        }
+        // A manifest given as a bare file name has an empty folder: that is the current one.
+        let base_dir = absolute(base_dir);
+        let base_dir = base_dir.as_path();
         if t.command[0].contains('/') && Path::new(&t.command[0]).is_relative() {
             t.command[0] = base_dir.join(&t.command[0]).to_string_lossy().into_owned();
         }
@@ -57,6 +84,38 @@ impl LocalTarget {
             None => base_dir.to_owned(),
         });
         Ok(t)
+    }
+}
+
+fn check_env_name(key: &str, name: &str) -> Result<(), TargetError> {
+    if !valid_env_name(name) {
+        return Err(TargetError::at(
+            key,
+            format!(
+                "local target: `{name}` is not an environment variable name (letters, digits and _)"
+            ),
+        ));
+    }
+    if name.starts_with(NEVER_PASSED) {
+        return Err(TargetError::at(
+            key,
+            format!(
+                "local target: `{name}` holds the server's handle keys and is never given to a command"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `dir` made absolute against the current folder (an empty path is the current folder).
+fn absolute(dir: &Path) -> PathBuf {
+    if dir.is_absolute() {
+        return dir.to_owned();
+    }
+    match std::env::current_dir() {
+        Ok(cwd) => cwd.join(dir),
+        Err(_) if dir.as_os_str().is_empty() => PathBuf::from("."),
+        Err(_) => dir.to_owned(),
     }
 }
 
@@ -77,6 +136,34 @@ mod tests {
         assert_eq!(t.working_dir, Some(PathBuf::from("/srv/m/work")));
         let t = parse(json!({"command": ["sh"]})).expect("ok");
         assert_eq!(t.command, ["sh"]);
+    }
+
+    #[test]
+    fn a_bare_manifest_file_name_means_the_current_folder() {
+        let t = LocalTarget::from_manifest(
+            json!({"command": ["./run.sh"]})
+                .as_object()
+                .expect("object"),
+            Path::new(""),
+        )
+        .expect("ok");
+        let cwd = std::env::current_dir().expect("cwd");
+        assert_eq!(t.working_dir, Some(cwd.clone()));
+        assert_eq!(t.command[0], cwd.join("./run.sh").to_string_lossy());
+    }
+
+    #[test]
+    fn handle_keys_can_never_be_given_to_a_command() {
+        let e = parse(json!({"command": ["x"], "env_passthrough": ["FLOWGATE_HANDLE_KEYS"]}))
+            .expect_err("passthrough of the keys");
+        assert!(e.contains("never given"), "{e}");
+        let e = parse(json!({"command": ["x"], "env": {"FLOWGATE_HANDLE_KEYS_FILE": "/k"}}))
+            .expect_err("env of the keys");
+        assert!(e.contains("never given"), "{e}");
+        let e = parse(json!({"command": ["x"], "env_passthrough": ["A-B"]})).expect_err("name");
+        assert!(e.contains("A-B"), "{e}");
+        let t = parse(json!({"command": ["x"], "env_passthrough": ["AWS_PROFILE"]})).expect("ok");
+        assert_eq!(t.env_passthrough, ["AWS_PROFILE"]);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::ask::{RUN_DIR_ENV, STATUS_FILE_ENV};
+use crate::config::BASE_ENV;
 use crate::run_dir::{Meta, RunDir, boot_id, write_atomic};
 use crate::{KIND, LocalConfig, LocalTarget};
 
@@ -94,6 +95,91 @@ fn group_alive(pgid: i32) -> bool {
     !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
 }
 
+/// The longest value given to a command through its environment. Linux refuses any single
+/// environment string over 128 KiB (and the whole block over a share of the stack limit), so
+/// larger arguments reach the command only on stdin and in `input.json`.
+const MAX_ENV_VALUE: usize = 32 << 10;
+
+impl LocalEngine {
+    /// The command's whole environment: cleared, then the fixed base, the manifest's
+    /// passthrough names and `env:`, then the run's `FLOWGATE_*` variables.
+    fn set_environment(
+        &self,
+        command: &mut tokio::process::Command,
+        run: &RunDir,
+        request: &StartRequest,
+        args: &[u8],
+    ) {
+        command.env_clear();
+        for name in BASE_ENV
+            .iter()
+            .copied()
+            .chain(self.target.env_passthrough.iter().map(String::as_str))
+        {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        if std::env::var_os("PATH").is_none() {
+            command.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        }
+        command
+            .envs(&self.target.env)
+            .env(RUN_DIR_ENV, &run.0)
+            .env(STATUS_FILE_ENV, run.path("status"))
+            .env("FLOWGATE_TOOL", &request.tool);
+        if args.len() <= MAX_ENV_VALUE {
+            command.env("FLOWGATE_ARGS", String::from_utf8_lossy(args).as_ref());
+        }
+        if let Value::Object(map) = &request.arguments {
+            for (key, value) in map {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                if !text.contains('\0') && text.len() <= MAX_ENV_VALUE {
+                    command.env(format!("FLOWGATE_ARG_{}", env_name(key)), text);
+                }
+            }
+        }
+        if let Some(bin) = &self.config.flowgate_bin {
+            command.env("FLOWGATE_BIN", bin);
+            if let Some(dir) = bin.parent() {
+                let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+                command.env("PATH", format!("{}:{path}", dir.display()));
+            }
+        }
+    }
+}
+
+/// A command that could not be started is the call's or the manifest's problem (retrying
+/// cannot help), except when the machine is short of processes or memory.
+fn spawn_error(target: &LocalTarget, e: std::io::Error) -> EngineError {
+    use std::io::ErrorKind;
+    let dir = target
+        .working_dir
+        .as_deref()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::E2BIG) => EngineError::InvalidInput {
+            engine: KIND,
+            message: "the arguments are too large to start the command with".into(),
+        },
+        Some(Errno::EAGAIN | Errno::ENOMEM) => {
+            io_error("the machine cannot start another process now", e)
+        }
+        _ if e.kind() == ErrorKind::NotFound => EngineError::Denied {
+            engine: KIND,
+            message: format!("the command cannot start: its working folder {dir} does not exist"),
+        },
+        _ => EngineError::Denied {
+            engine: KIND,
+            message: format!("the command cannot start in {dir}: {e}"),
+        },
+    }
+}
+
 #[async_trait]
 impl Engine for LocalEngine {
     fn kind(&self) -> &'static str {
@@ -145,36 +231,19 @@ impl Engine for LocalEngine {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)
-            .kill_on_drop(false)
-            .envs(&self.target.env)
-            .env(RUN_DIR_ENV, &run.0)
-            .env(STATUS_FILE_ENV, run.path("status"))
-            .env("FLOWGATE_TOOL", &request.tool)
-            .env("FLOWGATE_ARGS", String::from_utf8_lossy(&args).as_ref());
+            .kill_on_drop(false);
+        self.set_environment(&mut command, &run, &request, &args);
         if let Some(dir) = &self.target.working_dir {
             command.current_dir(dir);
         }
-        if let Value::Object(map) = &request.arguments {
-            for (key, value) in map {
-                let text = match value {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                if !text.contains('\0') {
-                    command.env(format!("FLOWGATE_ARG_{}", env_name(key)), text);
-                }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                // A run that never started leaves nothing behind.
+                let _ = std::fs::remove_dir_all(&run.0);
+                return Err(spawn_error(&self.target, e));
             }
-        }
-        if let Some(bin) = &self.config.flowgate_bin {
-            command.env("FLOWGATE_BIN", bin);
-            if let Some(dir) = bin.parent() {
-                let path = std::env::var("PATH").unwrap_or_default();
-                command.env("PATH", format!("{}:{path}", dir.display()));
-            }
-        }
-        let mut child = command
-            .spawn()
-            .map_err(|e| io_error("cannot start the command", e))?;
+        };
         let pgid = child.id().unwrap_or_default();
         write_atomic(&run.path("pid"), pgid.to_string().as_bytes())
             .map_err(|e| io_error("cannot write the run record", e))?;

@@ -25,7 +25,7 @@ mod config;
 mod engine;
 mod run_dir;
 
-pub use config::{LocalConfig, LocalTarget};
+pub use config::{BASE_ENV, LocalConfig, LocalTarget};
 pub use engine::LocalEngine;
 
 /// The engine kind manifests name: `engine: local`.

@@ -18,6 +18,7 @@ fn engine(state: &std::path::Path, script: &str) -> LocalEngine {
     let target = LocalTarget {
         command: vec!["/bin/sh".into(), "-c".into(), script.into()],
         env: Default::default(),
+        env_passthrough: Vec::new(),
         working_dir: None,
     };
     LocalEngine::new(config, target)
@@ -233,4 +234,73 @@ async fn questions_are_listed_answered_once_and_unknown_keys_refused() {
         e.respond(&x, "q1", yes).await.is_err(),
         "no answers after cancel"
     );
+}
+
+/// A command sees the fixed base, its manifest's `env:` and passthrough names, and its run
+/// variables; never the server's other variables, and never the handle keys.
+#[tokio::test]
+async fn commands_get_a_cleared_environment() {
+    // cargo runs tests with CARGO_* variables set: one passed through, the rest must not leak.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut e = engine(dir.path(), "env");
+    e.target.env.insert("GREETING".into(), "hi".into());
+    e.target.env_passthrough = vec!["CARGO_PKG_NAME".into()];
+    let x = start(&e, json!({"name": "it"})).await;
+    let r = wait_terminal(&e, &x).await;
+    let out = r.output.expect("output");
+    let text = out.as_str().expect("env output is text");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
+    for name in &names {
+        let allowed = [
+            "PATH", "HOME", "LANG", "TZ", "PWD", "SHLVL", "_", "GREETING",
+        ]
+        .contains(name)
+            || name.starts_with("FLOWGATE_ARG")
+            || ["FLOWGATE_RUN_DIR", "FLOWGATE_STATUS_FILE", "FLOWGATE_TOOL"].contains(name)
+            || *name == "CARGO_PKG_NAME";
+        assert!(allowed, "the command got the server's {name}: {text}");
+    }
+    assert!(text.contains("GREETING=hi"), "{text}");
+    assert!(text.contains("CARGO_PKG_NAME=flowgate-local"), "{text}");
+    assert!(text.contains("FLOWGATE_ARG_NAME=it"), "{text}");
+    assert!(!text.contains("FLOWGATE_HANDLE_KEYS"), "{text}");
+}
+
+/// Arguments too large for the environment still start the command: they arrive on stdin.
+#[tokio::test]
+async fn arguments_too_large_for_the_environment_arrive_on_stdin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(
+        dir.path(),
+        r#"wc -c | tr -d ' '; printf '%s' "${FLOWGATE_ARG_BIG:-absent}" | head -c 6"#,
+    );
+    let big = "x".repeat(200 << 10);
+    let x = start(&e, json!({"big": big})).await;
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.state, TaskState::Completed, "{r:?}");
+    let out = r.output.expect("output");
+    let text = out.as_str().unwrap_or_default().to_owned();
+    let expected = serde_json::to_vec(&json!({"big": "x".repeat(200 << 10)}))
+        .expect("json")
+        .len();
+    assert_eq!(text, format!("{expected}\nabsent"), "{text}");
+}
+
+/// A command that cannot start is not retryable and leaves no run folder behind.
+#[tokio::test]
+async fn a_command_that_cannot_start_is_not_retryable_and_leaves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut e = engine(dir.path(), "true");
+    e.target.working_dir = Some(dir.path().join("no-such-folder"));
+    let request = StartRequest::new("t", json!({}), "p");
+    let err = e.start(request).await.expect_err("cannot start");
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("no-such-folder"), "{err}");
+    let runs = std::fs::read_dir(dir.path().join("runs"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(runs, 0, "a run that never started left its folder");
 }

@@ -22,6 +22,7 @@ async fn local_engine_passes_the_conformance_suite_with_questions() {
             LocalTarget {
                 command: vec!["/bin/sh".into(), "-c".into(), script.into()],
                 env: Default::default(),
+                env_passthrough: Vec::new(),
                 working_dir: None,
             },
         )),

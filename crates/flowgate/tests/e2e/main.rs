@@ -10,6 +10,7 @@ mod google_workflows;
 mod http_mode;
 mod http_tasks;
 mod lambda;
+mod local_engine;
 mod protocol_edges;
 mod restart;
 mod stdio;

@@ -1,0 +1,116 @@
+//! The local engine as an attacker and a new user meet it through the binary: what a command's
+//! environment holds, and where commands run when the manifest is named by a bare file name.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use rmcp::model::TaskStatus;
+use serde_json::json;
+
+use crate::support::*;
+
+const MANIFEST: &str = r#"
+tools:
+  - name: show_env
+    description: Prints its environment.
+    input_schema: { type: object }
+    task: required
+    target:
+      engine: local
+      command: [env]
+      env: { GREETING: hello }
+      env_passthrough: [FLOWGATE_E2E_PASSED]
+  - name: where
+    description: Prints the folder it runs in.
+    input_schema: { type: object }
+    task: required
+    target:
+      engine: local
+      command: [./where.sh]
+"#;
+
+fn text_of(task: &serde_json::Value) -> String {
+    task["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {task}"))
+        .to_owned()
+}
+
+/// A tool that runs `env` shows none of the server's secrets: not the handle keys, not the
+/// server's other variables, only the base, its manifest's `env:` and passthrough names.
+#[tokio::test]
+async fn a_command_never_sees_the_handle_keys_or_the_servers_environment() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest = state.path().join("tools.yaml");
+    std::fs::write(&manifest, MANIFEST).expect("manifest");
+    let server = Server::start_with(
+        &state.path().join("state"),
+        Some(&manifest),
+        &[
+            ("FLOWGATE_E2E_PASSED", "passed"),
+            ("FLOWGATE_E2E_SECRET", "cloud-credential"),
+            ("AWS_SECRET_ACCESS_KEY", "cloud-credential"),
+        ],
+        None,
+    );
+    let client = http_client(&server.url, true).await;
+    let id = start_task(&client, "show_env", json!({})).await;
+    let task = poll_until(&client, &id, &[TaskStatus::Completed], &mut vec![]).await;
+    let env = text_of(&task);
+    let key_material = KEY.split_once(':').map(|(_, k)| k).unwrap_or(KEY);
+    assert!(
+        !env.contains(key_material),
+        "the sealing key reached the command: {env}"
+    );
+    assert!(!env.contains("FLOWGATE_HANDLE_KEYS"), "{env}");
+    assert!(
+        !env.contains("cloud-credential"),
+        "a server secret reached the command: {env}"
+    );
+    assert!(env.contains("GREETING=hello"), "{env}");
+    assert!(env.contains("FLOWGATE_E2E_PASSED=passed"), "{env}");
+}
+
+/// `cd DIR && flowgate serve --manifest tools.yaml` runs commands in DIR (not in an empty path).
+#[tokio::test]
+async fn a_bare_manifest_name_runs_commands_in_the_current_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("tools.yaml"), MANIFEST).expect("manifest");
+    let script = dir.path().join("where.sh");
+    std::fs::write(&script, "#!/bin/sh\npwd\n").expect("script");
+    chmod_x(&script);
+    let port = free_port();
+    let mut child = Command::new(bin())
+        .current_dir(dir.path())
+        .args(["serve", "--manifest", "tools.yaml", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .env("FLOWGATE_STATE_DIR", dir.path().join("state"))
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for_port(port);
+    let client = http_client(&format!("http://127.0.0.1:{port}/mcp"), true).await;
+    let id = start_task(&client, "where", json!({})).await;
+    let task = poll_until(
+        &client,
+        &id,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let expected = dir.path().canonicalize().expect("canonical");
+    assert_eq!(
+        Path::new(text_of(&task).trim()).canonicalize().ok(),
+        Some(expected),
+        "{task}"
+    );
+}
+
+fn chmod_x(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
