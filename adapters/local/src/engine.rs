@@ -18,12 +18,14 @@ use serde_json::Value;
 
 use crate::ask::{RUN_DIR_ENV, STATUS_FILE_ENV};
 use crate::config::BASE_ENV;
-use crate::run_dir::{Meta, RunDir, boot_id, write_atomic};
+use crate::run_dir::{Meta, RunDir, boot_id, write_atomic, write_private};
+use crate::state_dir::create_private_dir;
 use crate::{KIND, LocalConfig, LocalTarget};
 
 /// The supervisor: runs the argv given as positional parameters with the run's files as its
 /// standard streams, then records the exit status. Fixed text; nothing from a call enters it.
 const SUPERVISOR: &str = r#"d=$1; shift
+(umask 077; : >"$d/stdout"; : >"$d/stderr"; : >>"$d/status"; : >"$d/exit.tmp")
 "$@" <"$d/input.json" >"$d/stdout" 2>"$d/stderr"
 c=$?
 printf '%s\n' "$c" >"$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit""#;
@@ -88,6 +90,25 @@ fn env_name(key: &str) -> String {
 
 fn to_utc(t: SystemTime) -> DateTime<Utc> {
     DateTime::<Utc>::from(t)
+}
+
+/// The start time (clock ticks after boot) of process `pid`, from `/proc/<pid>/stat`.
+fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces and parentheses); the start time
+    // is field 22 of the line, the 20th after the name.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The run's process group id when it provably still belongs to the run: same boot, and its
+/// leader is the process recorded at spawn (same start time).
+fn group_is_ours(run: &RunDir, meta: &Meta) -> Option<i32> {
+    if meta.boot_id != boot_id() {
+        return None;
+    }
+    let (pgid, started) = run.process()?;
+    (process_start_time(pgid) == Some(started)).then_some(pgid)
 }
 
 /// Whether any process of the group is alive.
@@ -202,7 +223,7 @@ impl Engine for LocalEngine {
             });
         }
         let created_at = Utc::now();
-        std::fs::create_dir_all(&run.0).map_err(|e| io_error("cannot create the run folder", e))?;
+        create_private_dir(&run.0).map_err(|e| io_error("cannot create the run folder", e))?;
         let meta = Meta {
             tool: request.tool.clone(),
             command: self.target.command.clone(),
@@ -211,7 +232,7 @@ impl Engine for LocalEngine {
             boot_id: boot_id(),
         };
         let args = serde_json::to_vec(&request.arguments).unwrap_or_default();
-        std::fs::write(run.path("input.json"), &args)
+        write_private(&run.path("input.json"), &args)
             .and_then(|()| {
                 write_atomic(
                     &run.path("meta.json"),
@@ -245,7 +266,10 @@ impl Engine for LocalEngine {
             }
         };
         let pgid = child.id().unwrap_or_default();
-        write_atomic(&run.path("pid"), pgid.to_string().as_bytes())
+        // The group id with its leader's start time: a later signal goes to this group only
+        // if the process with that id is still the one started here (ids are reused).
+        let started = process_start_time(pgid as i32).unwrap_or_default();
+        write_atomic(&run.path("pid"), format!("{pgid} {started}").as_bytes())
             .map_err(|e| io_error("cannot write the run record", e))?;
         // Reap the supervisor when it ends; if this server stops first, init reaps it.
         tokio::spawn(async move {
@@ -311,7 +335,7 @@ impl Engine for LocalEngine {
             record.engine_status = "cancelled".into();
             return Ok(record);
         }
-        let alive = meta.boot_id == boot_id() && run.pgid().is_some_and(group_alive);
+        let alive = group_is_ours(&run, &meta).is_some_and(group_alive);
         if !alive && run.exit_code().is_none() {
             record.state = TaskState::Failed;
             record.engine_status = "vanished".into();
@@ -376,7 +400,8 @@ impl Engine for LocalEngine {
         }
         write_atomic(&run.path("cancelled"), Utc::now().to_rfc3339().as_bytes())
             .map_err(|e| io_error("cannot record the cancel", e))?;
-        let Some(pgid) = run.pgid() else {
+        // Never signal a group that is not provably this run's.
+        let Some(pgid) = run.meta().ok().and_then(|meta| group_is_ours(&run, &meta)) else {
             return Ok(());
         };
         let group = Pid::from_raw(pgid);

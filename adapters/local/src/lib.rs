@@ -24,9 +24,11 @@ pub mod ask;
 mod config;
 mod engine;
 mod run_dir;
+mod state_dir;
 
 pub use config::{BASE_ENV, LocalConfig, LocalTarget};
 pub use engine::LocalEngine;
+pub use state_dir::prepare_state_dir;
 
 /// The engine kind manifests name: `engine: local`.
 pub const KIND: &str = "local";

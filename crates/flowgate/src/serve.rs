@@ -1,6 +1,7 @@
 //! `flowgate serve`: stdio, AWS Lambda (when `AWS_LAMBDA_RUNTIME_API` is set), or HTTP (on
 //! `$PORT` for Cloud Run), with graceful drain on SIGTERM.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -54,10 +55,16 @@ fn allowed_origins(entries: &[String]) -> Result<Vec<String>, String> {
 
 async fn serve(args: ServeArgs) -> ExitCode {
     let state_dir = setup::state_dir(args.state_dir.clone());
-    let registry = setup::registry(&state_dir);
+    let registry = setup::registry(state_dir.as_deref().unwrap_or(Path::new("")));
     let Some(tools) = setup::tool_set(args.manifest.as_deref(), &registry) else {
         return ExitCode::FAILURE;
     };
+    #[cfg(feature = "local")]
+    if let Err(e) = setup::check_state_dir(state_dir.as_deref(), &tools) {
+        eprintln!("flowgate: {e}");
+        return ExitCode::FAILURE;
+    }
+    let state_dir = state_dir.unwrap_or_default();
     let allowed_origins = match allowed_origins(&args.allowed_origins) {
         Ok(origins) => origins,
         Err(e) => {

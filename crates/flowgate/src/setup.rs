@@ -39,14 +39,39 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
 }
 
 /// The local engine's state folder: the given one, else `$XDG_STATE_HOME/flowgate`, else
-/// `~/.local/state/flowgate`, else a folder under the temporary folder.
-pub(crate) fn state_dir(given: Option<PathBuf>) -> PathBuf {
+/// `~/.local/state/flowgate`. Never a shared temporary folder, where another local user could
+/// create it first; with none of these, `serve` asks for `--state-dir` when a tool needs it.
+pub(crate) fn state_dir(given: Option<PathBuf>) -> Option<PathBuf> {
     given
-        .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("flowgate")))
         .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/flowgate"))
+            std::env::var_os("XDG_STATE_HOME")
+                .filter(|d| !d.is_empty())
+                .map(|d| PathBuf::from(d).join("flowgate"))
         })
-        .unwrap_or_else(|| std::env::temp_dir().join("flowgate-state"))
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state/flowgate"))
+        })
+}
+
+/// Checks the state folder when a tool runs on the local engine: it must be named, and private.
+#[cfg(feature = "local")]
+pub(crate) fn check_state_dir(state_dir: Option<&Path>, tools: &ToolSet) -> Result<(), String> {
+    if !tools
+        .iter()
+        .any(|t| t.spec.target.engine == flowgate_local::KIND)
+    {
+        return Ok(());
+    }
+    let Some(dir) = state_dir else {
+        return Err(
+            "the local engine needs a state folder, and neither HOME nor XDG_STATE_HOME \
+                    is set: pass --state-dir DIR (or set FLOWGATE_STATE_DIR)"
+                .into(),
+        );
+    };
+    flowgate_local::prepare_state_dir(dir)
 }
 
 /// Loads `path`, else an inline manifest from `FLOWGATE_MANIFEST_YAML`, else the bundled
@@ -81,7 +106,7 @@ pub(crate) fn tool_set(path: Option<&Path>, registry: &Registry) -> Option<ToolS
 }
 
 pub(crate) fn check(path: &Path) -> ExitCode {
-    let registry = registry(&state_dir(None));
+    let registry = registry(&state_dir(None).unwrap_or_default());
     match tool_set(Some(path), &registry) {
         Some(set) => {
             println!("{}: {} tool(s), ok", path.display(), set.iter().count());
@@ -92,7 +117,7 @@ pub(crate) fn check(path: &Path) -> ExitCode {
 }
 
 pub(crate) fn tools(path: &Path) -> ExitCode {
-    let registry = registry(&state_dir(None));
+    let registry = registry(&state_dir(None).unwrap_or_default());
     let Some(set) = tool_set(Some(path), &registry) else {
         return ExitCode::FAILURE;
     };

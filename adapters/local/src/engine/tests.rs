@@ -124,7 +124,7 @@ async fn cancel_stops_the_whole_process_group() {
     let x = start(&e, json!({})).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let run = e.run(&x).expect("run");
-    let pgid = run.pgid().expect("pgid");
+    let pgid = run.process().expect("pgid").0;
     assert!(group_alive(pgid));
     e.cancel(&x).await.expect("cancel");
     assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
@@ -157,7 +157,7 @@ async fn a_run_killed_from_outside_is_reported_not_left_working() {
     let e = engine(dir.path(), "sleep 60");
     let x = start(&e, json!({})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let pgid = e.run(&x).expect("run").pgid().expect("pgid");
+    let pgid = e.run(&x).expect("run").process().expect("pgid").0;
     killpg(Pid::from_raw(pgid), Signal::SIGKILL).expect("kill");
     let r = wait_terminal(&e, &x).await;
     assert_eq!(r.state, TaskState::Failed, "{r:?}");
@@ -303,4 +303,55 @@ async fn a_command_that_cannot_start_is_not_retryable_and_leaves_nothing() {
         .map(|d| d.count())
         .unwrap_or(0);
     assert_eq!(runs, 0, "a run that never started left its folder");
+}
+
+/// Run folders and every file in them are private to the server's user.
+#[tokio::test]
+async fn run_folders_and_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(
+        dir.path(),
+        r#"echo out; echo err >&2; echo step > "$FLOWGATE_STATUS_FILE""#,
+    );
+    let x = start(&e, json!({"name": "it"})).await;
+    wait_terminal(&e, &x).await;
+    let run = e.run(&x).expect("run");
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+    assert_eq!(mode(&run.0), 0o700, "run folder");
+    assert_eq!(mode(&dir.path().join("runs")), 0o700, "runs folder");
+    for entry in std::fs::read_dir(&run.0).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
+}
+
+/// A `pid` file whose process is not the one started for the run (a planted file, or an id
+/// reused since) is never signalled by a cancel.
+#[tokio::test]
+async fn cancel_never_signals_a_group_that_is_not_the_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), "sleep 30");
+    let x = start(&e, json!({})).await;
+    let run = e.run(&x).expect("run");
+    let (pgid, _) = run.process().expect("pid");
+    // Another process group, standing in for someone else's processes.
+    use std::os::unix::process::CommandExt;
+    let mut victim = std::process::Command::new("sleep")
+        .arg("30")
+        .process_group(0)
+        .spawn()
+        .expect("victim");
+    let victim_pid = victim.id();
+    std::fs::write(run.path("pid"), format!("{victim_pid} 12345")).expect("plant");
+    e.cancel(&x).await.expect("cancel");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        victim.try_wait().expect("try_wait").is_none(),
+        "a group the run cannot prove is its own was signalled"
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
 }

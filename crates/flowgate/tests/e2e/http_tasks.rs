@@ -197,7 +197,9 @@ async fn cancel_ends_cancelled_and_the_processes_are_gone() {
     let id = start_task(&client, "long_job", json!({"steps": 60})).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let run = runs(state.path()).pop().expect("a run folder");
-    let pgid = std::fs::read_to_string(run.join("pid")).expect("pid");
+    // `pid` holds the process group id and its leader's start time.
+    let pid_file = std::fs::read_to_string(run.join("pid")).expect("pid");
+    let pgid = pid_file.split_whitespace().next().expect("pgid").to_owned();
     assert!(group_alive(&pgid), "the command should be running");
 
     let done = cancel_and_settle(&client, &id).await;

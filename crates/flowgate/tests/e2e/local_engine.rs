@@ -114,3 +114,49 @@ fn chmod_x(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
+
+/// Runs `flowgate serve` expecting it to refuse to start; returns what it printed.
+fn refused_start(configure: impl FnOnce(&mut Command)) -> String {
+    let port = free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    configure(&mut cmd);
+    let out = cmd
+        .spawn()
+        .expect("spawn")
+        .wait_with_output()
+        .expect("wait");
+    assert!(!out.status.success(), "the server started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Without HOME, XDG_STATE_HOME or --state-dir there is no shared temp folder to fall back on:
+/// the server says what to pass.
+#[test]
+fn without_a_home_the_local_engine_asks_for_a_state_folder() {
+    let err = refused_start(|cmd| {
+        cmd.env_remove("HOME")
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("FLOWGATE_STATE_DIR");
+    });
+    assert!(err.contains("--state-dir"), "{err}");
+}
+
+/// A state folder others can write to is refused, with the fix.
+#[test]
+fn a_state_folder_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let err = refused_start(|cmd| {
+        cmd.env("FLOWGATE_STATE_DIR", &state);
+    });
+    assert!(err.contains("chmod 700"), "{err}");
+}
