@@ -1,8 +1,8 @@
 //! Helpers for tests against moto running real state machines (`execute_state_machine` on).
 //!
 //! Tests find moto through `FLOWGATE_TEST_MOTO_URL` (`scripts/test` starts it and sets the
-//! variable, together with static `AWS_*` test credentials). Without it a test skips with a
-//! message, except under CI (`CI` set), where a missing emulator is a failure.
+//! variable, together with static `AWS_*` test credentials). Without it a test fails, saying
+//! how to run moto: it never passes without running.
 
 use aws_sdk_sfn::Client;
 use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
@@ -14,20 +14,21 @@ pub const MOTO_ENV: &str = "FLOWGATE_TEST_MOTO_URL";
 /// An account id moto accepts.
 pub const ACCOUNT: &str = "123456789012";
 
-/// moto's URL, or `None` (after saying why) when the test should skip.
+/// moto's URL.
 ///
 /// # Panics
-/// Under CI when the variable is missing: the test must not pass without running.
-pub fn moto_url() -> Option<String> {
+/// When the variable is missing, saying how to run moto: a test that needs moto never passes
+/// without it.
+pub fn moto_url() -> String {
     match std::env::var(MOTO_ENV) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{MOTO_ENV} is not set under CI: scripts/test starts moto and sets it")
-        }
-        _ => {
-            eprintln!("skipped: {MOTO_ENV} is not set (scripts/test starts moto and sets it)");
-            None
-        }
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "{MOTO_ENV} is not set: this test needs moto running real state machines. Run \
+             scripts/test (it starts moto and sets the variable), or start moto yourself \
+             (`moto_server -p 5000`, then POST {{\"stepfunctions\": {{\"execute_state_machine\": \
+             true}}}} to /moto-api/config) and set {MOTO_ENV}=http://127.0.0.1:5000 with \
+             AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1"
+        ),
     }
 }
 

@@ -31,7 +31,7 @@ fn request(arguments: Value) -> StartRequest {
 
 #[tokio::test]
 async fn stepfunctions_engine_passes_the_conformance_suite_on_moto() {
-    let Some(url) = moto_url() else { return };
+    let url = moto_url();
     let admin = admin_client(&url);
     let queue = create_queue(&url, &unique("approvals")).await;
     let machine = |name: &str, def: Value| {
@@ -59,7 +59,7 @@ async fn stepfunctions_engine_passes_the_conformance_suite_on_moto() {
 
 #[tokio::test]
 async fn running_executions_show_their_current_state() {
-    let Some(url) = moto_url() else { return };
+    let url = moto_url();
     let arn = create_machine(&admin_client(&url), &unique("state"), &pass_wait_pass(30)).await;
     let e = engine(&url, &arn, json!({}));
     let x = e
@@ -99,7 +99,7 @@ async fn running_executions_show_their_current_state() {
 
 #[tokio::test]
 async fn a_retried_named_start_reaches_the_same_execution() {
-    let Some(url) = moto_url() else { return };
+    let url = moto_url();
     let admin = admin_client(&url);
     let arn = create_machine(&admin, &unique("named"), &pass_wait_pass(30)).await;
     let e = engine(
@@ -142,7 +142,7 @@ async fn a_retried_named_start_reaches_the_same_execution() {
 
 #[tokio::test]
 async fn unknown_executions_and_foreign_arns_are_not_found() {
-    let Some(url) = moto_url() else { return };
+    let url = moto_url();
     let arn = create_machine(&admin_client(&url), &unique("nf"), &pass_wait_pass(1)).await;
     let e = engine(&url, &arn, json!({}));
     let missing = ExecutionRef(arn.replacen(":stateMachine:", ":execution:", 1) + ":never-started");
@@ -159,7 +159,7 @@ async fn unknown_executions_and_foreign_arns_are_not_found() {
 
 #[tokio::test]
 async fn an_output_pointer_and_input_key_shape_the_call() {
-    let Some(url) = moto_url() else { return };
+    let url = moto_url();
     let def = json!({"StartAt": "Echo", "States": {"Echo": {"Type": "Pass", "Parameters": {"summary": {"got.$": "$.args.name"}}, "End": true}}});
     let arn = create_machine(&admin_client(&url), &unique("shape"), &def).await;
     let e = engine(
@@ -207,9 +207,7 @@ async fn answering(status: u16, body: &'static str) -> String {
 
 #[tokio::test]
 async fn engine_faults_are_classified_and_name_the_state_machine() {
-    if moto_url().is_none() {
-        return; // needs the AWS_* test credentials scripts/test sets
-    }
+    moto_url(); // needs moto and the AWS_* test credentials scripts/test sets
     let arn = "arn:aws:states:us-east-1:123456789012:stateMachine:faults";
     let throttled = answering(
         400,

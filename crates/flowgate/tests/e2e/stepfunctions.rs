@@ -51,7 +51,7 @@ fn manifest(dir: &Path, url: &str, m: &Machines) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn stepfunctions_tasks_complete_fail_ask_cancel_and_survive_a_server_restart() {
-    let Some(url) = moto_url() else { return };
+    let url = moto_url();
     let m = machines(&url).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = manifest(dir.path(), &url, &m);
@@ -159,9 +159,7 @@ async fn stepfunctions_tasks_complete_fail_ask_cancel_and_survive_a_server_resta
 
 #[tokio::test]
 async fn an_unreachable_engine_is_a_clear_tool_error_and_the_server_keeps_serving() {
-    if moto_url().is_none() {
-        return;
-    }
+    moto_url(); // needs moto and the AWS_* test credentials scripts/test sets
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("down.yaml");
     std::fs::write(
@@ -199,7 +197,7 @@ async fn an_unreachable_engine_is_a_clear_tool_error_and_the_server_keeps_servin
 
 #[tokio::test]
 async fn an_engine_outage_is_reported_on_the_task_and_loses_nothing() {
-    let Some(url) = moto_url() else { return };
+    let url = moto_url();
     let arn = create_machine(
         &admin_client(&url),
         &unique("e2e-outage"),
