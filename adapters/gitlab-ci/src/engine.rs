@@ -82,6 +82,13 @@ impl GitLabEngine {
         })
     }
 
+    /// Starts through the trigger endpoint with `token` (a pipeline trigger token from a
+    /// secret source), instead of the one `trigger_token_env` names.
+    pub fn with_trigger_token(mut self, token: Option<Secret>) -> Self {
+        self.trigger_token = token;
+        self
+    }
+
     /// Whether the engine is being told to wait by the rate limit right now.
     pub fn throttled_for(&self) -> Option<Duration> {
         self.api.http.rate_limits().blocked_for()
@@ -292,7 +299,20 @@ impl Engine for GitLabEngine {
                 inputs.as_ref(),
                 self.trigger_token.as_ref(),
             )
-            .await?;
+            .await
+            .map_err(|e| match e {
+                // GitLab answers 404 alike for a missing project, one the token cannot see,
+                // and a wrong trigger token: for a start that is a permission problem, not a
+                // missing task.
+                EngineError::NotFound { what, .. } => EngineError::Denied {
+                    engine: KIND,
+                    message: format!(
+                        "{what} (the project {} does not exist or the token cannot run its pipelines)",
+                        self.target.project
+                    ),
+                },
+                other => other,
+            })?;
         Ok(Started {
             execution: ExecutionRef(p.id.to_string()),
             created_at: p.created_at,

@@ -390,3 +390,68 @@ async fn bad_credentials_and_unknown_projects_are_told_apart() {
     assert!(err.is_not_found(), "{err:?}");
     assert!(err.to_string().contains("404 Project Not Found"), "{err}");
 }
+
+#[tokio::test]
+async fn another_instance_answers_and_a_lost_create_answer_starts_one_pipeline() {
+    let fake = FakeGitLab::start();
+    let first = gated(&fake);
+    let request = StartRequest::new("deploy", json!({"SERVICE": "db"}), "p");
+    let before = fake.hook("counts", json!({}))["pipelines_created"]
+        .as_u64()
+        .expect("count");
+    fake.hook("lose_next_create", json!({}));
+    let lost = first.start(request.clone()).await;
+    assert!(
+        matches!(&lost, Err(e) if e.is_retryable()),
+        "a lost answer is retryable: {lost:?}"
+    );
+    // The retry comes from another server process: a fresh engine with no memory of the first.
+    let second = gated(&fake);
+    let x = second
+        .start(request.clone())
+        .await
+        .expect("retry")
+        .execution;
+    let after = fake.hook("counts", json!({}))["pipelines_created"]
+        .as_u64()
+        .expect("count");
+    assert_eq!(after - before, 1, "one call, one pipeline");
+    let r = wait(&second, &x, |r| r.state == TaskState::InputRequired).await;
+    let third = gated(&fake);
+    third
+        .respond(
+            &x,
+            &r.input_requests[0].key,
+            InputResponse {
+                action: Action::Accept,
+                content: Some(json!({"approver": "Dee"})),
+            },
+        )
+        .await
+        .expect("another instance answers");
+    let done = wait(&first, &x, |r| r.state.is_terminal()).await;
+    assert_eq!(
+        done.output,
+        Some(json!({"service": "db", "approver": "Dee"}))
+    );
+}
+
+#[tokio::test]
+async fn a_trigger_token_starts_the_pipeline() {
+    let fake = FakeGitLab::start();
+    let e = hello(&fake).with_trigger_token(Some(flowgate_http::Secret::new(
+        flowgate_gitlab_ci::testing::TEST_TRIGGER_TOKEN,
+    )));
+    let x = start(&e, json!({"NAME": "Eve"})).await;
+    let done = wait(&e, &x, |r| r.state.is_terminal()).await;
+    assert_eq!(done.output, Some(json!({"greeting": "hello Eve"})));
+    let bad = hello(&fake).with_trigger_token(Some(flowgate_http::Secret::new("nope")));
+    let err = bad
+        .start(StartRequest::new("t", json!({"NAME": "x"}), "p"))
+        .await
+        .expect_err("bad trigger token");
+    assert!(
+        matches!(err, EngineError::Denied { .. }),
+        "GitLab answers 404 for a bad trigger token; a start reports it as denied: {err:?}"
+    );
+}
