@@ -57,7 +57,14 @@ SHORTCUTS (everything else follows the docs):
 - Pipeline statuses produced: created, pending, running, manual, success, failed, canceling,
   canceled, skipped. Never: waiting_for_resource, preparing, scheduled. Job failure_reason is
   `script_failure` only.
-- State is in memory; pipelines are never purged.
+- State is in memory; pipelines are never purged (workspaces are removed when a pipeline ends).
+- Traces: the runner's header, `$ <line>` before each script line, the output, and GitLab's
+  `ERROR: Job failed: exit code N`; no colours beyond one section marker, no timestamps.
+- Every job's `user` is `flowgate-bot` (a play "from the UI" is the same API call); pipeline
+  `name` is always null; `detailed_status` is minimal; no `yaml_errors` pipelines (a broken
+  file is a 400 on create, as GitLab answers for `base` errors).
+- Pipeline list filters: ref, status, source, sha, username, created/updated_after/before;
+  order_by id/status/ref/updated_at/user_id; no keyset pagination.
 - Test hooks under /__fake/: `lose_next_create` (the next create runs but its connection is
   closed before any answer), `throttle_next` ({"count", "retry_after"}: the next requests get
   429), `counts` (pipelines created so far).
