@@ -10,7 +10,11 @@ use crate::setup;
 
 /// The targets of every tool of engine `kind`, parsed by that engine's own target reader.
 #[cfg_attr(
-    not(any(feature = "stepfunctions", feature = "google-workflows")),
+    not(any(
+        feature = "stepfunctions",
+        feature = "google-workflows",
+        feature = "gitlab-ci"
+    )),
     allow(dead_code)
 )]
 fn targets<T>(
@@ -48,6 +52,17 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
         )?;
         if !gcw.is_empty() {
             out.insert("gcp".into(), flowgate_google_workflows::roles(&gcw));
+        }
+    }
+    #[cfg(feature = "gitlab-ci")]
+    {
+        let gitlab = targets(
+            manifest,
+            flowgate_gitlab_ci::KIND,
+            flowgate_gitlab_ci::GitLabTarget::from_manifest,
+        )?;
+        if !gitlab.is_empty() {
+            out.insert("gitlab".into(), flowgate_gitlab_ci::scopes(&gitlab));
         }
     }
     if manifest.tools.iter().any(|t| t.target.engine == "local") {

@@ -1,0 +1,231 @@
+//! A tool's GitLab target, from its manifest.
+
+use std::collections::BTreeMap;
+
+use flowgate_core::{TargetError, parse_target};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// How the token is sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenKind {
+    /// `PRIVATE-TOKEN: <token>`: personal, project and group access tokens.
+    #[default]
+    Private,
+    /// `Authorization: Bearer <token>`: OAuth 2 tokens.
+    Bearer,
+}
+
+/// What a declined question does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDecline {
+    /// Cancel the pipeline (GitLab has no way to refuse a manual job).
+    #[default]
+    Cancel,
+}
+
+/// A blocking manual job shown as a question.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Question {
+    /// What to ask.
+    pub message: String,
+    /// The form's JSON Schema (an object with flat properties); by default a bare go-ahead.
+    #[serde(default = "default_schema")]
+    pub requested_schema: Value,
+    /// Which answer field becomes which job variable when the job is played; by default every
+    /// field, under its own name.
+    #[serde(default)]
+    pub variables: BTreeMap<String, String>,
+    /// What declining does.
+    #[serde(default)]
+    pub on_decline: OnDecline,
+}
+
+fn default_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+/// A file in a job's artifacts that becomes the tool's result.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultFile {
+    /// The job whose artifacts hold it.
+    pub job: String,
+    /// Its path inside the artifacts.
+    pub path: String,
+}
+
+/// The `target` block of a `gitlab-ci` tool.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitLabTarget {
+    /// The GitLab instance (`https://gitlab.com` by default, or a self-managed one).
+    #[serde(default = "default_base")]
+    pub base_url: String,
+    /// The project: its numeric id or its full path (`group/sub/project`).
+    pub project: String,
+    /// The branch or tag to run; `{{name}}` is replaced by the argument `name`.
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    /// Pipeline variables: name -> value template. Without `variables` and `inputs`, every
+    /// scalar argument becomes a variable of its own name.
+    #[serde(default)]
+    pub variables: Option<BTreeMap<String, String>>,
+    /// Pipeline `inputs` (GitLab 17+ `spec:inputs`): name -> value template; a template that is
+    /// exactly `{{name}}` keeps the argument's JSON type (number, boolean, array).
+    #[serde(default)]
+    pub inputs: Option<BTreeMap<String, String>>,
+    /// The environment variable holding the API token.
+    #[serde(default = "default_token_env")]
+    pub token_env: String,
+    /// How the token is sent.
+    #[serde(default)]
+    pub token_kind: TokenKind,
+    /// The environment variable holding a pipeline trigger token: then starts use the trigger
+    /// endpoint (the API token is still used to read and cancel).
+    #[serde(default)]
+    pub trigger_token_env: Option<String>,
+    /// Blocking manual jobs that are questions, by job name.
+    #[serde(default)]
+    pub questions: BTreeMap<String, Question>,
+    /// A JSON file of a job's artifacts that is the result.
+    #[serde(default)]
+    pub result_artifact: Option<ResultFile>,
+    /// A dotenv file (`KEY=value` lines) of a job's artifacts whose values are the result.
+    #[serde(default)]
+    pub result_dotenv: Option<ResultFile>,
+    /// How far back a start looks for the pipeline of a retried call.
+    #[serde(default = "default_window")]
+    pub dedupe_window_s: u64,
+    /// How many trace lines of a failed job reach the failure.
+    #[serde(default = "default_tail")]
+    pub trace_tail_lines: usize,
+}
+
+fn default_base() -> String {
+    "https://gitlab.com".to_owned()
+}
+fn default_token_env() -> String {
+    "GITLAB_TOKEN".to_owned()
+}
+fn default_window() -> u64 {
+    3600
+}
+fn default_tail() -> usize {
+    30
+}
+
+impl GitLabTarget {
+    /// Reads a manifest `target` block (without its `engine` key).
+    ///
+    /// # Errors
+    /// A [`TargetError`] naming the offending key.
+    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, TargetError> {
+        let t: GitLabTarget = parse_target(crate::KIND, target)?;
+        if !(t.base_url.starts_with("https://") || t.base_url.starts_with("http://")) {
+            return Err(TargetError::at(
+                "base_url",
+                format!(
+                    "gitlab-ci target: base_url {:?} must be an http(s) URL",
+                    t.base_url
+                ),
+            ));
+        }
+        if t.project.trim().is_empty() || t.project.starts_with('/') || t.project.ends_with('/') {
+            return Err(TargetError::at(
+                "project",
+                "gitlab-ci target: project must be a numeric id or a path like group/project",
+            ));
+        }
+        if t.git_ref.trim().is_empty() {
+            return Err(TargetError::at(
+                "ref",
+                "gitlab-ci target: ref must not be empty",
+            ));
+        }
+        let names = t.variables.iter().flat_map(|v| v.keys());
+        let answer_vars = t.questions.values().flat_map(|q| q.variables.values());
+        for name in names.chain(answer_vars) {
+            if !valid_variable(name) {
+                return Err(TargetError::at(
+                    "variables",
+                    format!(
+                        "gitlab-ci target: variable name {name:?} may only hold letters, digits and _"
+                    ),
+                ));
+            }
+        }
+        for (job, q) in &t.questions {
+            if q.requested_schema.get("type").and_then(Value::as_str) != Some("object") {
+                return Err(TargetError::at(
+                    format!("questions.{job}.requested_schema"),
+                    "gitlab-ci target: requested_schema must be a JSON Schema of type object",
+                ));
+            }
+        }
+        Ok(t)
+    }
+
+    /// `https://host/api/v4/projects/<encoded id or path>`.
+    pub(crate) fn project_url(&self) -> String {
+        format!(
+            "{}/api/v4/projects/{}",
+            self.base_url.trim_end_matches('/'),
+            flowgate_http::paging::encode(&self.project)
+        )
+    }
+}
+
+/// GitLab's rule for variable keys.
+pub(crate) fn valid_variable(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<GitLabTarget, String> {
+        GitLabTarget::from_manifest(v.as_object().expect("object")).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn defaults_and_urls() {
+        let t = parse(json!({"project": "group/sub project", "ref": "main"})).expect("ok");
+        assert_eq!(
+            t.project_url(),
+            "https://gitlab.com/api/v4/projects/group%2Fsub%20project"
+        );
+        assert_eq!(t.token_env, "GITLAB_TOKEN");
+        assert_eq!(t.dedupe_window_s, 3600);
+    }
+
+    #[test]
+    fn bad_targets_are_named() {
+        assert!(
+            parse(json!({"project": "p"}))
+                .expect_err("ref")
+                .contains("ref")
+        );
+        assert!(
+            parse(json!({"project": "p", "ref": "main", "brnach": "x"}))
+                .expect_err("typo")
+                .contains("brnach")
+        );
+        assert!(
+            parse(json!({"project": "p", "ref": "main", "variables": {"A-B": "x"}}))
+                .expect_err("var")
+                .contains("A-B")
+        );
+        assert!(parse(json!({"project": "p", "ref": "main", "base_url": "gitlab.com"})).is_err());
+        assert!(
+            parse(json!({"project": "p", "ref": "main",
+                "questions": {"approve": {"message": "ok?", "requested_schema": {"type": "string"}}}}))
+            .is_err()
+        );
+    }
+}

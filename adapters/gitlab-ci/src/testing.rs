@@ -1,0 +1,130 @@
+//! Helpers for tests against the GitLab API fake (`tests/fakes/gitlab/fake_gitlab.py`).
+//! `scripts/test` starts it and names it in `FLOWGATE_TEST_GITLAB_URL`; without that variable
+//! [`FakeGitLab::start`] starts one itself (it needs `python3` with PyYAML, or
+//! `FLOWGATE_TEST_GITLAB_PYTHON`), and fails saying so when it cannot: never a silent skip.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flowgate_http::{HttpConfig, Secret};
+use serde_json::{Value, json};
+
+use crate::{GitLabEngine, GitLabTarget};
+
+/// The environment variable naming a running fake's URL.
+pub const FAKE_ENV: &str = "FLOWGATE_TEST_GITLAB_URL";
+/// The API token the fake accepts (scripts/test starts it with this one too).
+pub const TEST_TOKEN: &str = "glpat-flowgate-fake-token";
+/// The trigger token the fake accepts.
+pub const TEST_TRIGGER_TOKEN: &str = "glptt-flowgate-fake-trigger";
+
+/// A fake GitLab: the one scripts/test started, or one this process started (stopped on drop).
+#[derive(Debug)]
+pub struct FakeGitLab {
+    /// Its base URL.
+    pub url: String,
+    child: Option<Child>,
+}
+
+impl FakeGitLab {
+    /// The running fake, or a new one.
+    ///
+    /// # Panics
+    /// When no fake runs and none can be started, saying how to run one.
+    pub fn start() -> Self {
+        if let Ok(url) = std::env::var(FAKE_ENV)
+            && !url.is_empty()
+        {
+            return FakeGitLab { url, child: None };
+        }
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fakes/gitlab");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let python =
+            std::env::var("FLOWGATE_TEST_GITLAB_PYTHON").unwrap_or_else(|_| "python3".into());
+        let child = Command::new(&python)
+            .arg(root.join("fake_gitlab.py"))
+            .args(["--port", &port.to_string(), "--token", TEST_TOKEN])
+            .args(["--trigger-token", TEST_TRIGGER_TOKEN])
+            .arg("--projects")
+            .arg(root.join("projects"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start the GitLab fake with {python} ({e}): run scripts/test, or set {FAKE_ENV} to a running tests/fakes/gitlab/fake_gitlab.py")
+            });
+        let fake = FakeGitLab {
+            url: format!("http://127.0.0.1:{port}"),
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the GitLab fake did not listen on {port} (needs python3 with PyYAML; see its stderr above)"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        fake
+    }
+
+    /// A target on project `flowgate/<name>` of the fake, with extra keys.
+    ///
+    /// # Panics
+    /// On a broken fixture.
+    pub fn target(&self, name: &str, extra: Value) -> GitLabTarget {
+        let mut v =
+            json!({"base_url": self.url, "project": format!("flowgate/{name}"), "ref": "main"});
+        if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        GitLabTarget::from_manifest(v.as_object().expect("object")).expect("target")
+    }
+
+    /// An engine for [`FakeGitLab::target`] with the fake's token.
+    ///
+    /// # Panics
+    /// On a broken fixture.
+    pub fn engine(&self, name: &str, extra: Value) -> GitLabEngine {
+        GitLabEngine::with_token(
+            self.target(name, extra),
+            &HttpConfig::default(),
+            Some(Secret::new(TEST_TOKEN)),
+        )
+        .expect("engine")
+    }
+
+    /// Calls a test hook of the fake (`lose_next_create`, `throttle_next`, `counts`).
+    ///
+    /// # Panics
+    /// When the fake does not answer.
+    pub fn hook(&self, name: &str, body: Value) -> Value {
+        let addr = self.url.trim_start_matches("http://");
+        let mut s = TcpStream::connect(addr).expect("connect to the fake");
+        let body = body.to_string();
+        let req = format!(
+            "POST /__fake/{name} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        let json = out.split("\r\n\r\n").nth(1).unwrap_or("null");
+        serde_json::from_str(json).unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for FakeGitLab {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
