@@ -23,14 +23,22 @@ use crate::state_dir::create_private_dir;
 use crate::{KIND, LocalConfig, LocalTarget};
 
 /// The supervisor: runs the argv given as positional parameters with the run's files as its
-/// standard streams, then records the exit status. Fixed text; nothing from a call enters it.
+/// standard streams, then records the exit status. On SIGTERM (a cancel) it gives the command
+/// the grace, then SIGKILLs the whole group itself, so the escalation survives the server.
+/// Fixed text; nothing from a call enters it.
 const SUPERVISOR: &str = r#"d=$1; shift
 (umask 077; : >"$d/stdout"; : >"$d/stderr"; : >>"$d/status"; : >"$d/exit.tmp")
-"$@" <"$d/input.json" >"$d/stdout" 2>"$d/stderr"
+trap 'trap "" TERM; i=0; while kill -0 "$p" 2>/dev/null && [ "$i" -lt 30 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL 0' TERM
+"$@" <"$d/input.json" >"$d/stdout" 2>"$d/stderr" &
+p=$!
+wait "$p"
 c=$?
 printf '%s\n' "$c" >"$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit""#;
 
-/// How long a cancelled command gets between SIGTERM and SIGKILL.
+/// How long a cancelled command gets between SIGTERM and SIGKILL. The supervisor escalates on
+/// its own (its TERM trap waits 30 x 0.1 s, then kills the group), so a command that ignores
+/// SIGTERM still ends when the server dies within the grace; the server's own escalation below
+/// only backs that up.
 const KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// The local engine bound to one tool's command.

@@ -140,6 +140,32 @@ async fn cancel_stops_the_whole_process_group() {
     assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
 }
 
+/// A cancel's SIGTERM with no server left to follow it with SIGKILL (the server died within the
+/// grace): the run's supervisor escalates on its own.
+#[tokio::test]
+async fn the_supervisor_kills_a_command_that_ignores_sigterm_without_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), "trap '' TERM; sleep 300 & sleep 300; wait");
+    let x = start(&e, json!({})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pgid = e.run(&x).expect("run").process().expect("pgid").0;
+    assert!(group_alive(pgid));
+    // Only the TERM, as `cancel` sends it; no engine task is left to send the KILL.
+    killpg(Pid::from_raw(pgid), Signal::SIGTERM).expect("SIGTERM");
+    let mut gone = false;
+    for _ in 0..100 {
+        if !group_alive(pgid) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        gone,
+        "process group {pgid} ignored SIGTERM and lived 10 s with no server escalating"
+    );
+}
+
 #[tokio::test]
 async fn a_new_engine_on_the_same_state_folder_sees_the_run() {
     let dir = tempfile::tempdir().expect("tempdir");
