@@ -23,11 +23,13 @@
 pub mod ask;
 mod config;
 mod engine;
+mod reaper;
 mod run_dir;
 mod state_dir;
 
 pub use config::{BASE_ENV, LocalConfig, LocalTarget};
 pub use engine::LocalEngine;
+pub use reaper::reap_orphans_when_init;
 pub use state_dir::prepare_state_dir;
 
 /// The engine kind manifests name: `engine: local`.

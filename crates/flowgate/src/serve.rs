@@ -64,6 +64,8 @@ async fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("flowgate: {e}");
         return ExitCode::FAILURE;
     }
+    #[cfg(feature = "local")]
+    flowgate_local::reap_orphans_when_init();
     let state_dir = state_dir.unwrap_or_default();
     let allowed_origins = match allowed_origins(&args.allowed_origins) {
         Ok(origins) => origins,

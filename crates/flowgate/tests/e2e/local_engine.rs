@@ -160,3 +160,91 @@ fn a_state_folder_others_can_write_is_refused() {
     });
     assert!(err.contains("chmod 700"), "{err}");
 }
+
+/// As PID 1 (here: in a new PID namespace, as a container without an init runs it), the server
+/// reaps orphans: a command whose supervisor is killed from outside does not linger as a
+/// zombie in the run's process group, and the task ends failed instead of working forever.
+#[tokio::test]
+async fn as_pid_1_orphans_are_reaped_and_the_run_ends_failed() {
+    let probe = Command::new("unshare")
+        .args(["-p", "-f", "--mount-proc", "true"])
+        .status();
+    assert!(
+        matches!(probe, Ok(s) if s.success()),
+        "this test needs `unshare -p -f --mount-proc` (util-linux, run as root): {probe:?}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("tools.yaml");
+    std::fs::write(
+        &manifest,
+        r#"
+tools:
+  - name: orphan
+    description: Kills its own supervisor, then exits a second later as an orphan.
+    input_schema: { type: object }
+    task: required
+    target:
+      engine: local
+      command: [/bin/sh, -c, 'kill -9 $PPID; sleep 1; exit 0']
+"#,
+    )
+    .expect("manifest");
+    let port = free_port();
+    let mut child = Command::new("unshare")
+        .args(["-p", "-f", "--kill-child", "--mount-proc"])
+        .arg(bin())
+        .args(["serve", "--manifest"])
+        .arg(&manifest)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("FLOWGATE_STATE_DIR", dir.path().join("state"))
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn in a PID namespace");
+    wait_for_port(port);
+    let client = http_client(&format!("http://127.0.0.1:{port}/mcp"), true).await;
+    let id = start_task(&client, "orphan", json!({})).await;
+    let task = poll_until(
+        &client,
+        &id,
+        &[TaskStatus::Failed, TaskStatus::Completed],
+        &mut vec![],
+    )
+    .await;
+    let text = task.to_string();
+    assert!(
+        text.contains("without reporting an exit status"),
+        "the run must end as vanished (failed): {task}"
+    );
+    // The orphan exits about a second after its supervisor died; as PID 1 the server must have
+    // collected it: no zombie is left among the server's children.
+    let server = children_of(child.id())
+        .into_iter()
+        .next()
+        .expect("the server inside the namespace");
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let zombies: Vec<u32> = children_of(server)
+        .into_iter()
+        .filter(|pid| state_of(*pid) == Some('Z'))
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(zombies.is_empty(), "unreaped orphans: {zombies:?}");
+}
+
+/// The children of `pid`, from /proc.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// The one-letter state of `pid` (`Z` for a zombie), from /proc.
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
