@@ -1,6 +1,6 @@
 //! Helpers for tests against the executions-API fake (`tests/fakes/workflows`), which
-//! `scripts/test` starts and names in `FLOWGATE_TEST_WORKFLOWS_URL`. Without it a test skips
-//! with a message, except under CI (`CI` set), where a missing fake is a failure.
+//! `scripts/test` starts and names in `FLOWGATE_TEST_WORKFLOWS_URL`. A test that needs the
+//! fake fails, saying how to start it, when the variable is not set: it never passes unrun.
 
 use serde_json::{Value, json};
 
@@ -9,20 +9,19 @@ use crate::GcwTarget;
 /// The environment variable naming the fake's URL.
 pub const FAKE_ENV: &str = "FLOWGATE_TEST_WORKFLOWS_URL";
 
-/// The fake's URL, or `None` (after saying why) when the test should skip.
+/// The fake's URL.
 ///
 /// # Panics
-/// Under CI when the variable is missing.
-pub fn fake_url() -> Option<String> {
+/// When the variable is not set, with how to start the fake.
+pub fn fake_url() -> String {
     match std::env::var(FAKE_ENV) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{FAKE_ENV} is not set under CI: scripts/test starts the fake and sets it")
-        }
-        _ => {
-            eprintln!("skipped: {FAKE_ENV} is not set (scripts/test starts the fake and sets it)");
-            None
-        }
+        Ok(url) if !url.is_empty() => url.trim_end_matches('/').to_owned(),
+        _ => panic!(
+            "{FAKE_ENV} is not set: run the tests with scripts/test, which starts the Workflows \
+             fake, or start it yourself (python tests/fakes/workflows/fake_executions.py --port PORT \
+             --workflows tests/fakes/workflows/workflows, in a venv with workflows-emulator) and set \
+             {FAKE_ENV}=http://127.0.0.1:PORT"
+        ),
     }
 }
 
