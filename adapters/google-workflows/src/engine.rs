@@ -234,6 +234,18 @@ impl Engine for WorkflowsEngine {
             TaskState::Unknown => {
                 record.status_message = e.state_error.as_ref().map(|s| s.details.clone());
             }
+            // UNAVAILABLE: the execution's data cannot be read now (e.g. a revoked KMS key); it
+            // has not ended, so the task keeps working and says why.
+            TaskState::Working if e.state == execution::State::Unavailable => {
+                record.status_message = Some(match e.state_error.as_ref() {
+                    Some(s) if !s.details.is_empty() => {
+                        format!("Execution data unavailable: {}", s.details)
+                    }
+                    _ => "Execution data unavailable".to_owned(),
+                });
+                // It will not come back within seconds; poll it less often.
+                record.min_poll_interval = Some(std::time::Duration::from_secs(30));
+            }
             TaskState::Working => {
                 let step = e
                     .status
@@ -278,7 +290,7 @@ impl Engine for WorkflowsEngine {
                 what: format!("no waiting callback {key}"),
             })?;
         let body = serde_json::to_value(&response).unwrap_or_default();
-        rest.call(&callback, &body).await
+        rest.call(&execution.0, &callback, &body).await
     }
 
     async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {

@@ -2,6 +2,10 @@
 //! `scripts/test` starts and names in `FLOWGATE_TEST_WORKFLOWS_URL`. A test that needs the
 //! fake fails, saying how to start it, when the variable is not set: it never passes unrun.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::GcwTarget;
@@ -23,6 +27,49 @@ pub fn fake_url() -> String {
              {FAKE_ENV}=http://127.0.0.1:PORT"
         ),
     }
+}
+
+/// Makes `execution` read as UNAVAILABLE with `details` in its `stateError` (`None`
+/// restores it), as the real API reports e.g. a revoked KMS key.
+///
+/// # Panics
+/// When the fake cannot be reached or refuses.
+pub fn make_unavailable(url: &str, execution: &str, details: Option<&str>) {
+    fake_control(
+        url,
+        "/fake/unavailable",
+        &json!({"execution": execution, "details": details}),
+    );
+}
+
+/// POSTs `body` to one of the fake's test-control paths (blocking, with a deadline).
+fn fake_control(url: &str, path: &str, body: &Value) {
+    let authority = url
+        .strip_prefix("http://")
+        .unwrap_or(url)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let mut stream = TcpStream::connect(authority).expect("connect to the Workflows fake");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let body = body.to_string();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write to the Workflows fake");
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .expect("read from the Workflows fake");
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+        "the Workflows fake refused {path}: {answer}"
+    );
 }
 
 /// A target for one of the fake's workflows (`sleepy`, `raises`, `approval`), with extra keys.

@@ -7,7 +7,9 @@ use std::time::Duration;
 use flowgate_core::conformance::{Case, Fixture, run_all};
 use flowgate_core::{Engine, ListFilter, StartRequest, TaskState};
 use flowgate_google_workflows::WorkflowsEngine;
-use flowgate_google_workflows::testing::{fake_url, lose_next_start_answer, target};
+use flowgate_google_workflows::testing::{
+    fake_url, lose_next_start_answer, make_unavailable, target,
+};
 use serde_json::json;
 
 fn case(url: &str, workflow: &str, arguments: serde_json::Value) -> Case {
@@ -121,4 +123,48 @@ async fn an_unreachable_endpoint_is_unavailable_and_names_the_workflow() {
     let err = e.start(request).await.expect_err("down");
     assert!(err.is_retryable(), "{err:?}");
     assert!(err.to_string().contains("workflows/sleepy"), "{err}");
+}
+
+/// The real API names executions with the project number although the manifest gives the
+/// project id; such names are this tool's own, and every operation works on them.
+#[tokio::test]
+async fn names_with_the_project_number_are_accepted_and_unavailable_is_not_an_end() {
+    let url = fake_url();
+    let e = WorkflowsEngine::new(target(&url, "sleepy", json!({})));
+    let request = StartRequest {
+        tool: "t".into(),
+        arguments: json!({"name": "n", "seconds": 30}),
+        principal_digest: "p".into(),
+        idempotency_key: flowgate_core::IdempotencyKey::new(),
+    };
+    let x = e.start(request).await.expect("start").execution;
+    let project = x.0.split('/').nth(1).unwrap_or_default().to_owned();
+    assert!(
+        project.len() == 12 && project.bytes().all(|b| b.is_ascii_digit()),
+        "the fake names executions with the project number: {x}"
+    );
+    assert_eq!(e.get(&x).await.expect("get").state, TaskState::Working);
+
+    make_unavailable(
+        &url,
+        &x.0,
+        Some("KMS key projects/k/cryptoKeys/c is disabled"),
+    );
+    let r = e.get(&x).await.expect("get while unavailable");
+    assert_eq!(
+        r.state,
+        TaskState::Working,
+        "UNAVAILABLE is not an end: {r:?}"
+    );
+    assert_eq!(r.engine_status, "UNAVAILABLE");
+    assert!(
+        r.min_poll_interval.is_some(),
+        "polls an unavailable execution less often"
+    );
+    let message = r.status_message.unwrap_or_default();
+    assert!(message.contains("cryptoKeys/c is disabled"), "{message}");
+
+    make_unavailable(&url, &x.0, None);
+    e.cancel(&x).await.expect("cancel");
+    assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
 }
