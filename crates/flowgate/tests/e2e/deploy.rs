@@ -225,7 +225,7 @@ fn the_image_builds_every_default_engine_but_local() {
     let cargo =
         std::fs::read_to_string(repo().join("crates/flowgate/Cargo.toml")).expect("Cargo.toml");
     let list = |line: &str| -> BTreeSet<String> {
-        line.split(|c| c == ',' || c == '[' || c == ']')
+        line.split([',', '[', ']'])
             .map(|f| f.trim().trim_matches('"').to_owned())
             .filter(|f| !f.is_empty())
             .collect()
