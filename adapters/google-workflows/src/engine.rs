@@ -20,6 +20,9 @@ const PRINCIPAL_LABEL: &str = "flowgate-principal";
 /// `executions.create` is not idempotent and a retried call must never create a second.
 const CALL_LABEL: &str = "flowgate-call";
 
+/// The most pages one `list` reads.
+const MAX_LIST_PAGES: usize = 50;
+
 /// The Workflows engine bound to one tool's workflow.
 #[derive(Debug)]
 pub struct WorkflowsEngine {
@@ -317,22 +320,32 @@ impl Engine for WorkflowsEngine {
         if let Some(p) = &filter.principal_digest {
             expr = format!("labels.{PRINCIPAL_LABEL}=\"{}\"", mapping::label_value(p));
         }
-        let page = client
-            .list_executions()
-            .set_parent(self.target.parent())
-            .set_filter(expr)
-            .set_page_size(filter.limit.unwrap_or(100).clamp(1, 1000) as i32)
-            .send()
-            .await
-            .map_err(|e| classify(e, &self.what("executions.list")))?;
-        Ok(page
-            .executions
-            .into_iter()
-            .map(|e| ExecutionSummary {
+        // Every page up to the limit (BASIC view: at most 1000 a page), with a bound on pages
+        // so a misbehaving endpoint cannot keep a request busy forever.
+        let limit = filter.limit.unwrap_or(1000).max(1);
+        let mut out = Vec::new();
+        let mut token = String::new();
+        for _ in 0..MAX_LIST_PAGES {
+            let page = client
+                .list_executions()
+                .set_parent(self.target.parent())
+                .set_filter(expr.clone())
+                .set_page_size((limit - out.len()).clamp(1, 1000) as i32)
+                .set_page_token(token.clone())
+                .send()
+                .await
+                .map_err(|e| classify(e, &self.what("executions.list")))?;
+            out.extend(page.executions.into_iter().map(|e| ExecutionSummary {
                 state: mapping::state(&e.state),
                 created_at: mapping::time(e.start_time.as_ref()).unwrap_or_default(),
                 execution: ExecutionRef(e.name),
-            })
-            .collect())
+            }));
+            if out.len() >= limit || page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+        out.truncate(limit);
+        Ok(out)
     }
 }

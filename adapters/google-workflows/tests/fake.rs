@@ -168,3 +168,44 @@ async fn names_with_the_project_number_are_accepted_and_unavailable_is_not_an_en
     e.cancel(&x).await.expect("cancel");
     assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
 }
+
+/// `list` honours its limit, and without a principal lists the executions flowgate started
+/// (the `labels.flowgate-tool:*` has-filter), newest first.
+#[tokio::test]
+async fn list_honours_the_limit_and_the_tool_label_filter() {
+    let url = fake_url();
+    let e = WorkflowsEngine::new(target(&url, "sleepy", json!({})));
+    let principal = format!("lister-{:08x}", std::process::id());
+    let mut started = Vec::new();
+    for _ in 0..3 {
+        let request = StartRequest {
+            tool: "t".into(),
+            arguments: json!({"name": "n", "seconds": 30}),
+            principal_digest: principal.clone(),
+            idempotency_key: flowgate_core::IdempotencyKey::new(),
+        };
+        started.push(e.start(request).await.expect("start").execution);
+    }
+    let two = e
+        .list(ListFilter::for_principal(principal.clone(), Some(2)))
+        .await
+        .expect("list");
+    assert_eq!(two.len(), 2, "{two:?}");
+    let all = e
+        .list(ListFilter::for_principal(principal.clone(), None))
+        .await
+        .expect("list");
+    assert_eq!(all.len(), 3, "{all:?}");
+    let everyone = e
+        .list(ListFilter::default())
+        .await
+        .expect("list without a principal");
+    assert!(
+        started
+            .iter()
+            .all(|x| everyone.iter().any(|s| &s.execution == x))
+    );
+    for x in &started {
+        e.cancel(x).await.expect("cancel");
+    }
+}

@@ -23,7 +23,8 @@ Shortcuts this fake takes (everything else follows the discovery document):
   `stateError` (`{"execution": NAME}` without details restores it).
 - Cancel is cooperative: it takes effect at the next step, inside `sys.sleep`, or while waiting
   on a callback (the interpreter has no other suspension points).
-- List filters support `state` and `labels.KEY` equality joined by AND (a subset of AIP-160);
+- List filters support `state` and `labels.KEY` equality and `labels.KEY:*` (has) joined by
+  AND (a subset of AIP-160);
   orderBy is always `createTime desc`; `view=BASIC` drops the fields the document says it drops.
 - `error.stackTrace` is not produced; `error.context` is the interpreter's message.
 - Callbacks: only HTTP callbacks; `availablePayloads` lists payloads received but not yet
@@ -270,6 +271,11 @@ def matches_filter(ex, expr):
     if not expr:
         return True
     for clause in re.split(r"\s+AND\s+", expr.strip()):
+        has = re.match(r'^\s*labels\.([\w\-]+)\s*:\s*\*\s*$', clause)
+        if has:  # AIP-160's has operator: the label is present
+            if has.group(1) not in ex.labels:
+                return False
+            continue
         m = re.match(r'^\s*([\w.\-]+)\s*=\s*"?([^"]*)"?\s*$', clause)
         if not m:
             raise ValueError(f"unsupported filter: {clause}")
