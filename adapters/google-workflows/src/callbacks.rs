@@ -120,7 +120,8 @@ impl Rest {
         for _ in 0..20 {
             let mut url = format!("{}/v1/{execution}/callbacks?pageSize=100", self.base);
             if let Some(t) = &token {
-                url.push_str(&format!("&pageToken={t}"));
+                // Tokens are opaque base64: `+`, `/` and `=` must reach the server as sent.
+                url.push_str(&format!("&pageToken={}", query_escape(t)));
             }
             let req = self.request(reqwest::Method::GET, &url).await?;
             let page: ListCallbacks = self
@@ -144,12 +145,56 @@ impl Rest {
         Ok(out)
     }
 
-    /// Calls a callback with `body`.
-    pub(crate) async fn call(&self, callback: &Callback, body: &Value) -> Result<(), EngineError> {
+    /// Calls a callback of `execution` with `body`, on the documented send path
+    /// `{execution}/callbacks/{callback}` built from its parts (never from `Callback.name`,
+    /// whose shape the API does not promise).
+    pub(crate) async fn call(
+        &self,
+        execution: &str,
+        callback: &Callback,
+        body: &Value,
+    ) -> Result<(), EngineError> {
         let method = reqwest::Method::from_bytes(callback.method.as_bytes())
             .unwrap_or(reqwest::Method::POST);
-        let url = format!("{}/v1/{}", self.base, callback.name);
+        let url = format!(
+            "{}/v1/{execution}/callbacks/{}",
+            self.base,
+            query_escape(callback.id())
+        );
         let req = self.request(method, &url).await?.json(body);
         self.send(req, "callback").await.map(|_| ())
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn query_escape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for b in raw.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_and_ids_are_escaped() {
+        assert_eq!(query_escape("ab+/c=="), "ab%2B%2Fc%3D%3D");
+        assert_eq!(query_escape("plain-id_1.x~"), "plain-id_1.x~");
+    }
+
+    #[test]
+    fn the_callback_id_is_the_last_part_of_its_name() {
+        let c: Callback =
+            serde_json::from_str(r#"{"name": "a/b/callbacks/xyz", "waiters": "1"}"#).expect("json");
+        assert_eq!(c.id(), "xyz");
+        assert!(c.has_waiters());
+        assert_eq!(c.method, "POST");
     }
 }

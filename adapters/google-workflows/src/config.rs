@@ -85,10 +85,27 @@ impl GcwTarget {
     }
 
     /// Whether an execution name belongs to this tool's workflow.
+    ///
+    /// The API names executions with the project *number* even when asked with the project
+    /// id, so the project part may be either; location, workflow and execution must match.
     pub(crate) fn owns(&self, name: &str) -> bool {
-        let prefix = format!("{}/executions/", self.parent());
-        name.strip_prefix(&prefix)
-            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+        let parts: Vec<&str> = name.split('/').collect();
+        let [
+            "projects",
+            project,
+            "locations",
+            location,
+            "workflows",
+            workflow,
+            "executions",
+            id,
+        ] = parts.as_slice()
+        else {
+            return false;
+        };
+        let project_ok = *project == self.project
+            || (!project.is_empty() && project.bytes().all(|b| b.is_ascii_digit()));
+        project_ok && *location == self.location && *workflow == self.workflow && !id.is_empty()
     }
 
     /// The base URL of the REST API.
@@ -138,6 +155,13 @@ mod tests {
         assert!(t.owns("projects/p/locations/europe-west1/workflows/etl/executions/abc"));
         assert!(!t.owns("projects/p/locations/europe-west1/workflows/other/executions/abc"));
         assert!(!t.owns("projects/p/locations/europe-west1/workflows/etl/executions/a/b"));
+        // The API answers with the project number, whatever the request named.
+        assert!(
+            t.owns("projects/123456789012/locations/europe-west1/workflows/etl/executions/abc")
+        );
+        assert!(!t.owns("projects/other/locations/europe-west1/workflows/etl/executions/abc"));
+        assert!(!t.owns("projects/123/locations/us-east1/workflows/etl/executions/abc"));
+        assert!(!t.owns("projects/123/locations/europe-west1/workflows/etl/executions/"));
         assert_eq!(t.input_for(Some("await_approval")).message, "Ship?");
         assert!(t.input_for(Some("other")).message.contains("other"));
         assert_eq!(t.base_url(), "https://workflowexecutions.googleapis.com");

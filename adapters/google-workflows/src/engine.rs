@@ -20,6 +20,9 @@ const PRINCIPAL_LABEL: &str = "flowgate-principal";
 /// `executions.create` is not idempotent and a retried call must never create a second.
 const CALL_LABEL: &str = "flowgate-call";
 
+/// The most pages one `list` reads.
+const MAX_LIST_PAGES: usize = 50;
+
 /// The Workflows engine bound to one tool's workflow.
 #[derive(Debug)]
 pub struct WorkflowsEngine {
@@ -234,6 +237,18 @@ impl Engine for WorkflowsEngine {
             TaskState::Unknown => {
                 record.status_message = e.state_error.as_ref().map(|s| s.details.clone());
             }
+            // UNAVAILABLE: the execution's data cannot be read now (e.g. a revoked KMS key); it
+            // has not ended, so the task keeps working and says why.
+            TaskState::Working if e.state == execution::State::Unavailable => {
+                record.status_message = Some(match e.state_error.as_ref() {
+                    Some(s) if !s.details.is_empty() => {
+                        format!("Execution data unavailable: {}", s.details)
+                    }
+                    _ => "Execution data unavailable".to_owned(),
+                });
+                // It will not come back within seconds; poll it less often.
+                record.min_poll_interval = Some(std::time::Duration::from_secs(30));
+            }
             TaskState::Working => {
                 let step = e
                     .status
@@ -278,7 +293,7 @@ impl Engine for WorkflowsEngine {
                 what: format!("no waiting callback {key}"),
             })?;
         let body = serde_json::to_value(&response).unwrap_or_default();
-        rest.call(&callback, &body).await
+        rest.call(&execution.0, &callback, &body).await
     }
 
     async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
@@ -305,22 +320,32 @@ impl Engine for WorkflowsEngine {
         if let Some(p) = &filter.principal_digest {
             expr = format!("labels.{PRINCIPAL_LABEL}=\"{}\"", mapping::label_value(p));
         }
-        let page = client
-            .list_executions()
-            .set_parent(self.target.parent())
-            .set_filter(expr)
-            .set_page_size(filter.limit.unwrap_or(100).clamp(1, 1000) as i32)
-            .send()
-            .await
-            .map_err(|e| classify(e, &self.what("executions.list")))?;
-        Ok(page
-            .executions
-            .into_iter()
-            .map(|e| ExecutionSummary {
+        // Every page up to the limit (BASIC view: at most 1000 a page), with a bound on pages
+        // so a misbehaving endpoint cannot keep a request busy forever.
+        let limit = filter.limit.unwrap_or(1000).max(1);
+        let mut out = Vec::new();
+        let mut token = String::new();
+        for _ in 0..MAX_LIST_PAGES {
+            let page = client
+                .list_executions()
+                .set_parent(self.target.parent())
+                .set_filter(expr.clone())
+                .set_page_size((limit - out.len()).clamp(1, 1000) as i32)
+                .set_page_token(token.clone())
+                .send()
+                .await
+                .map_err(|e| classify(e, &self.what("executions.list")))?;
+            out.extend(page.executions.into_iter().map(|e| ExecutionSummary {
                 state: mapping::state(&e.state),
                 created_at: mapping::time(e.start_time.as_ref()).unwrap_or_default(),
                 execution: ExecutionRef(e.name),
-            })
-            .collect())
+            }));
+            if out.len() >= limit || page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+        out.truncate(limit);
+        Ok(out)
     }
 }

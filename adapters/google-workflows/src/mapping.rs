@@ -9,7 +9,9 @@ use serde_json::Value;
 pub(crate) fn state(s: &State) -> TaskState {
     match s {
         State::Queued => TaskState::Submitted,
-        State::Active => TaskState::Working,
+        // UNAVAILABLE means "execution data unavailable, see stateError", not an end: a task
+        // must not turn terminal and then change.
+        State::Active | State::Unavailable => TaskState::Working,
         State::Succeeded => TaskState::Completed,
         State::Failed => TaskState::Failed,
         State::Cancelled => TaskState::Cancelled,
@@ -90,7 +92,7 @@ mod tests {
             (State::Succeeded, TaskState::Completed),
             (State::Failed, TaskState::Failed),
             (State::Cancelled, TaskState::Cancelled),
-            (State::Unavailable, TaskState::Unknown),
+            (State::Unavailable, TaskState::Working),
             (State::Unspecified, TaskState::Unknown),
         ];
         for (s, want) in table {

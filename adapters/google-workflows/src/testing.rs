@@ -1,6 +1,10 @@
 //! Helpers for tests against the executions-API fake (`tests/fakes/workflows`), which
-//! `scripts/test` starts and names in `FLOWGATE_TEST_WORKFLOWS_URL`. Without it a test skips
-//! with a message, except under CI (`CI` set), where a missing fake is a failure.
+//! `scripts/test` starts and names in `FLOWGATE_TEST_WORKFLOWS_URL`. A test that needs the
+//! fake fails, saying how to start it, when the variable is not set: it never passes unrun.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -9,21 +13,63 @@ use crate::GcwTarget;
 /// The environment variable naming the fake's URL.
 pub const FAKE_ENV: &str = "FLOWGATE_TEST_WORKFLOWS_URL";
 
-/// The fake's URL, or `None` (after saying why) when the test should skip.
+/// The fake's URL.
 ///
 /// # Panics
-/// Under CI when the variable is missing.
-pub fn fake_url() -> Option<String> {
+/// When the variable is not set, with how to start the fake.
+pub fn fake_url() -> String {
     match std::env::var(FAKE_ENV) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{FAKE_ENV} is not set under CI: scripts/test starts the fake and sets it")
-        }
-        _ => {
-            eprintln!("skipped: {FAKE_ENV} is not set (scripts/test starts the fake and sets it)");
-            None
-        }
+        Ok(url) if !url.is_empty() => url.trim_end_matches('/').to_owned(),
+        _ => panic!(
+            "{FAKE_ENV} is not set: run the tests with scripts/test, which starts the Workflows \
+             fake, or start it yourself (python tests/fakes/workflows/fake_executions.py --port PORT \
+             --workflows tests/fakes/workflows/workflows, in a venv with workflows-emulator) and set \
+             {FAKE_ENV}=http://127.0.0.1:PORT"
+        ),
     }
+}
+
+/// Makes `execution` read as UNAVAILABLE with `details` in its `stateError` (`None`
+/// restores it), as the real API reports e.g. a revoked KMS key.
+///
+/// # Panics
+/// When the fake cannot be reached or refuses.
+pub fn make_unavailable(url: &str, execution: &str, details: Option<&str>) {
+    fake_control(
+        url,
+        "/fake/unavailable",
+        &json!({"execution": execution, "details": details}),
+    );
+}
+
+/// POSTs `body` to one of the fake's test-control paths (blocking, with a deadline).
+fn fake_control(url: &str, path: &str, body: &Value) {
+    let authority = url
+        .strip_prefix("http://")
+        .unwrap_or(url)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let mut stream = TcpStream::connect(authority).expect("connect to the Workflows fake");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let body = body.to_string();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write to the Workflows fake");
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .expect("read from the Workflows fake");
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+        "the Workflows fake refused {path}: {answer}"
+    );
 }
 
 /// A target for one of the fake's workflows (`sleepy`, `raises`, `approval`), with extra keys.

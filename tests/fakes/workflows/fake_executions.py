@@ -11,15 +11,20 @@ running step, cancel stops the run, and `events.create_callback_endpoint` /
     fake_executions.py --port PORT --workflows DIR     # DIR/<workflow id>.yaml
 
 Shortcuts this fake takes (everything else follows the discovery document):
+- Names carry the project NUMBER (as the real API's do), a stable 12-digit number derived from
+  the project id; requests may name the project by id or number.
 - Any project and location; a workflow is a YAML file named after its id; no workflow
   revisions (workflowRevisionId is fixed at "000001-fake").
 - No authentication: requests are accepted without a token (flowgate uses anonymous
   credentials against a test endpoint).
 - State is in memory; executions are never purged. QUEUED is never used (executions start at
-  once); UNAVAILABLE is never produced.
+  once). UNAVAILABLE is produced only on request: test control `POST /fake/unavailable` with
+  `{"execution": NAME, "details": TEXT}` makes that execution read as UNAVAILABLE with
+  `stateError` (`{"execution": NAME}` without details restores it).
 - Cancel is cooperative: it takes effect at the next step, inside `sys.sleep`, or while waiting
   on a callback (the interpreter has no other suspension points).
-- List filters support `state` and `labels.KEY` equality joined by AND (a subset of AIP-160);
+- List filters support `state` and `labels.KEY` equality and `labels.KEY:*` (has) joined by
+  AND (a subset of AIP-160);
   orderBy is always `createTime desc`; `view=BASIC` drops the fields the document says it drops.
 - `error.stackTrace` is not produced; `error.context` is the interpreter's message.
 - Callbacks: only HTTP callbacks; `availablePayloads` lists payloads received but not yet
@@ -32,6 +37,7 @@ Shortcuts this fake takes (everything else follows the discovery document):
 """
 
 import argparse
+import hashlib
 import contextvars
 import json
 import pathlib
@@ -62,6 +68,18 @@ VERBOSE = False
 WORKFLOWS_DIR = pathlib.Path(".")
 
 
+def project_number(project):
+    """The project number the real API would put in names for `project` (id or number)."""
+    if project.isdigit():
+        return project
+    return str(10**11 + int(hashlib.sha256(project.encode()).hexdigest(), 16) % (9 * 10**11))
+
+
+def with_project_number(path):
+    """`path` with its `projects/{id}` segment replaced by the project number."""
+    return re.sub(r"^(/v1/projects/)([^/]+)", lambda m: m.group(1) + project_number(m.group(2)), path)
+
+
 class Cancelled(Exception):
     pass
 
@@ -87,6 +105,7 @@ class Execution:
         level = body.get("callLogLevel", 0)
         self.call_log_level = LOG_LEVELS[level] if isinstance(level, int) else level
         self.state = "ACTIVE"
+        self.state_error = None  # set with /fake/unavailable: the execution reads as UNAVAILABLE
         self.create_time = now()
         self.start_time = self.create_time
         self.end_time = None
@@ -117,6 +136,10 @@ class Execution:
         if self.state == "ACTIVE" and self.steps:
             routine, step = self.steps[-1]
             out["status"] = {"currentSteps": [{"routine": routine, "step": step}]}
+        if self.state_error is not None:
+            out = {k: v for k, v in out.items() if k not in ("result", "error", "status")}
+            out["state"] = STATES.index("UNAVAILABLE") if int_enums else "UNAVAILABLE"
+            out["stateError"] = {"details": self.state_error, "type": "KMS_ERROR"}
         if view == "BASIC":
             out = {k: v for k, v in out.items() if k in BASIC_FIELDS}
         return out
@@ -248,6 +271,11 @@ def matches_filter(ex, expr):
     if not expr:
         return True
     for clause in re.split(r"\s+AND\s+", expr.strip()):
+        has = re.match(r'^\s*labels\.([\w\-]+)\s*:\s*\*\s*$', clause)
+        if has:  # AIP-160's has operator: the label is present
+            if has.group(1) not in ex.labels:
+                return False
+            continue
         m = re.match(r'^\s*([\w.\-]+)\s*=\s*"?([^"]*)"?\s*$', clause)
         if not m:
             raise ValueError(f"unsupported filter: {clause}")
@@ -281,7 +309,7 @@ class Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlparse(self.path)
         query = urllib.parse.parse_qs(url.query)
         int_enums = "enum-encoding=int" in urllib.parse.unquote(url.query)
-        return urllib.parse.unquote(url.path), query, int_enums
+        return with_project_number(urllib.parse.unquote(url.path)), query, int_enums
 
     def read_body(self):
         """Reads this request's JSON body (every request's body is read, so that a kept-alive
@@ -343,6 +371,15 @@ class Handler(BaseHTTPRequestHandler):
         path, query, int_enums = self.parsed()
         if path == "/fake/lose-next-create":
             LOSE_NEXT_CREATE = True
+            return self.send_json(200, {})
+        if path == "/fake/unavailable":
+            body = self.body()
+            name = with_project_number("/v1/" + str(body.get("execution", "")))[len("/v1/"):]
+            ex = EXECUTIONS.get(name)
+            if ex is None:
+                return self.error(404, "NOT_FOUND", f"execution {name} not found")
+            with LOCK:
+                ex.state_error = body.get("details")
             return self.send_json(200, {})
         if m := EXEC_COLLECTION.match(path):
             parent, workflow = m.group(1), m.group(2)

@@ -216,3 +216,36 @@ fn the_cloud_run_service_sets_only_variables_the_binary_reads() {
         "Dockerfile and service.yaml agree on the manifest path"
     );
 }
+
+/// The container image serves every engine the binary builds by default except `local` (no
+/// shell in the image): a Cloud Run deployment granted Workflows roles must be able to serve
+/// Workflows tools.
+#[test]
+fn the_image_builds_every_default_engine_but_local() {
+    let cargo =
+        std::fs::read_to_string(repo().join("crates/flowgate/Cargo.toml")).expect("Cargo.toml");
+    let list = |line: &str| -> BTreeSet<String> {
+        line.split([',', '[', ']'])
+            .map(|f| f.trim().trim_matches('"').to_owned())
+            .filter(|f| !f.is_empty())
+            .collect()
+    };
+    let defaults = cargo
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("default = "))
+        .map(list)
+        .expect("crates/flowgate has default features");
+    let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("Dockerfile");
+    let built = dockerfile
+        .split_whitespace()
+        .skip_while(|w| *w != "--features")
+        .nth(1)
+        .map(list)
+        .expect("the Dockerfile names its features");
+    let mut want = defaults;
+    want.remove("local");
+    assert_eq!(
+        built, want,
+        "deploy/Dockerfile's --features vs crates/flowgate's defaults"
+    );
+}
