@@ -41,8 +41,9 @@ Shortcuts this fake takes (everything else follows the description):
   that copies `with.path` (a file or folder, no globs) into the artifact `with.name`; artifacts
   are zipped (deflate) when listed. No other `uses:` actions are supported (workflows in the
   tests use `run:` steps only).
-- Cancel sends SIGTERM to the run's whole process group (act and every step process); a step
-  that ignores it keeps the run in_progress until force-cancel, which sends SIGKILL. (GitHub
+- Cancel sends SIGTERM to every process of the run (act and each step's processes, kept
+  together under a subreaper); a step that ignores it keeps the run in_progress until
+  force-cancel, which sends SIGKILL. The run completes when its last process is gone. (GitHub
   sends SIGINT, then SIGTERM, and runs `always()` steps; the fake has no always() handling.)
 - Runs are never queued behind others: status goes queued -> in_progress at once; run_attempt is
   always 1; no re-runs; state is in memory and never purged.
@@ -50,7 +51,7 @@ Shortcuts this fake takes (everything else follows the description):
   limits are staged by the tests (POST /_fake/throttle), answered 429 with retry-after.
 - Test hooks under /_fake/ (not GitHub's): lose-next-dispatch-answer (dispatch, then drop the
   connection without an answer), throttle, rate-limit, stats, and runs/{id}/processes (pids of
-  the run's process group still alive).
+  the run still alive).
 """
 
 import argparse
@@ -84,6 +85,37 @@ HOOKS = {"lose_next_dispatch": False, "throttle": 0, "retry_after": 1}
 LIMIT = {"limit": 5000, "used": 0, "reset": 0}
 CFG = argparse.Namespace()
 GATE_STEP = "__fake_environment_review__"
+# Runs act as the child of a subreaper, so every process of the run (act starts each step in a
+# session of its own) stays a descendant of one pid, even once act is gone. After act exits,
+# leftovers are killed (a runner cleans up orphans) unless the run is being cancelled, when the
+# run ends only with its last process (a step that ignores SIGTERM needs force-cancel).
+SUPERVISOR = r"""
+import ctypes, os, signal, sys, time
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+marker = sys.argv[1]
+act = os.fork()
+if act == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+code = 1
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        break
+    if pid == act:
+        code = os.waitstatus_to_exitcode(status)
+        if not os.path.exists(marker):
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        with open(f"/proc/{entry}/stat") as f:
+                            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                        if ppid == os.getpid():
+                            os.kill(int(entry), signal.SIGKILL)
+                    except (OSError, ValueError, IndexError):
+                        pass
+sys.exit(code if code >= 0 else 1)
+"""
 
 
 def now():
@@ -244,7 +276,8 @@ def start_run(run):
     with open(event, "w") as f:
         json.dump({"inputs": run.inputs, "ref": f"refs/heads/{run.ref}"}, f)
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    cmd = [CFG.act, "workflow_dispatch", "-W", wf, "-e", event, "--json",
+    cmd = [sys.executable, "-c", SUPERVISOR, os.path.join(run.dir, "cancelled"),
+           CFG.act, "workflow_dispatch", "-W", wf, "-e", event, "--json",
            "-P", "ubuntu-latest=-self-hosted", "--container-daemon-socket", "-"]
     run.proc = subprocess.Popen(cmd, cwd=run.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True, text=True)
@@ -278,7 +311,7 @@ def observe(run, ev):
     stamp = ev.get("time", now())
     if ev.get("raw_output"):
         job.log.extend(f"{stamp} {l}" for l in ev.get("msg", "").splitlines())
-    elif ev.get("level") == "error":
+    elif ev.get("level") == "error" and ev.get("stage"):
         job.log.append(f"{stamp} ##[error]Process completed with {ev.get('msg', '')}")
     if step_name == GATE_STEP:
         env_name = job.environment
@@ -343,27 +376,32 @@ def finish(run):
 
 
 def group_pids(run):
-    if run.proc is None:
+    """Every live process of the run: the descendants of its supervisor."""
+    if run.proc is None or run.proc.poll() is not None:
         return []
-    pgid = run.proc.pid
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
+            with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                out.append(int(pid))
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
         except (OSError, IndexError, ValueError):
             continue
-    return out
+    out, todo = [], list(children.get(run.proc.pid, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return sorted(out)
 
 
 def signal_run(run, sig):
-    if run.proc is not None and run.proc.poll() is None:
+    for pid in group_pids(run):
         try:
-            os.killpg(run.proc.pid, sig)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
 
@@ -544,7 +582,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def paged(items, query, key, base_url):
     try:
-        per_page = max(1, min(100, int(query.get("per_page", 30))))
+        per_page = max(1, min(CFG.max_per_page, int(query.get("per_page", 30))))
         page = max(1, int(query.get("page", 1)))
     except ValueError:
         raise ApiError(422, "Invalid request.\n\nper_page and page must be integers.")
@@ -610,6 +648,7 @@ def route(method, path, query, body):
             if run.status == "completed":
                 raise ApiError(409, "Cannot cancel a workflow run that is completed.")
             run.cancel_requested = True
+            open(os.path.join(run.dir, "cancelled"), "w").close()
             run.touch()
         signal_run(run, signal.SIGKILL if r.group(2) == "force-cancel" else signal.SIGTERM)
         return 202, {}, {}
@@ -729,6 +768,7 @@ def main():
     p.add_argument("--protected", action="append", default=[])
     p.add_argument("--rate-limit", type=int, default=5000)
     p.add_argument("--rate-window", type=int, default=3600)
+    p.add_argument("--max-per-page", type=int, default=100, help="GitHub's is 100; tests lower it to exercise paging")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args()
     CFG.__dict__.update(vars(args))
