@@ -75,7 +75,13 @@ impl Fake {
     fn spawn(extra: &[&str]) -> Fake {
         let token = format!("ghs_{}", flowgate_core::IdempotencyKey::new());
         let script = root().join("tests/fakes/github/fake_github.py");
-        let mut child = Command::new("python3")
+        let venv_python = root().join(".venv-act/bin/python");
+        let python = if venv_python.exists() {
+            venv_python
+        } else {
+            PathBuf::from("python3")
+        };
+        let mut child = Command::new(python)
             .arg(&script)
             .args([
                 "--port",

@@ -111,7 +111,7 @@ async fn a_run_shows_its_job_and_step_then_completes_with_the_artifact_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_step_is_named_with_its_job_and_the_log_tail() {
     let fake = Fake::shared();
-    let e = engine(&fake, "fails.yml", json!({"log_tail_lines": 8}));
+    let e = engine(&fake, "fails.yml", json!({"log_tail_lines": 12}));
     let x = start(&e, json!({"day": "d-7"})).await;
     let done = wait_for(&e, &x, |r| r.state.is_terminal()).await;
     assert_eq!(done.state, TaskState::Failed, "{done:?}");
@@ -125,7 +125,7 @@ async fn a_failing_step_is_named_with_its_job_and_the_log_tail() {
         tail.contains("check 5 passed") && tail.contains("no rows for d-7"),
         "{tail}"
     );
-    assert!(tail.lines().count() <= 8, "{tail}");
+    assert!(tail.lines().count() <= 12, "{tail}");
     assert!(!tail.contains("2026-"), "timestamps are stripped: {tail}");
     // on_failure: completed reports the same run as a completed task carrying the failure.
     let lenient = engine(&fake, "fails.yml", json!({"on_failure": "completed"}));

@@ -10,7 +10,11 @@ use crate::setup;
 
 /// The targets of every tool of engine `kind`, parsed by that engine's own target reader.
 #[cfg_attr(
-    not(any(feature = "stepfunctions", feature = "google-workflows")),
+    not(any(
+        feature = "stepfunctions",
+        feature = "google-workflows",
+        feature = "github-actions"
+    )),
     allow(dead_code)
 )]
 fn targets<T>(
@@ -48,6 +52,17 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
         )?;
         if !gcw.is_empty() {
             out.insert("gcp".into(), flowgate_google_workflows::roles(&gcw));
+        }
+    }
+    #[cfg(feature = "github-actions")]
+    {
+        let gh = targets(
+            manifest,
+            flowgate_github_actions::KIND,
+            flowgate_github_actions::GhTarget::from_manifest,
+        )?;
+        if !gh.is_empty() {
+            out.insert("github".into(), flowgate_github_actions::permissions(&gh));
         }
     }
     if manifest.tools.iter().any(|t| t.target.engine == "local") {

