@@ -6,6 +6,7 @@
 mod bad_input;
 mod conformance;
 mod deploy;
+mod github_actions;
 mod google_workflows;
 mod http_mode;
 mod http_tasks;
