@@ -5,12 +5,15 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use flowgate_core::EngineError;
-use flowgate_http::{HttpClient, HttpConfig, Method, RequestBuilder, StatusCode, header, paging};
+use flowgate_http::{
+    HttpClient, HttpConfig, Method, RequestBuilder, Secret, StatusCode, header, paging,
+};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::KIND;
+use crate::auth::{App, Credentials};
 use crate::config::GhTarget;
 
 /// The REST API version flowgate is written against.
@@ -132,23 +135,40 @@ struct Dispatched {
 pub(crate) struct Api {
     pub http: HttpClient,
     target: Arc<GhTarget>,
+    credentials: Arc<Credentials>,
 }
 
 impl Api {
     pub(crate) fn new(target: Arc<GhTarget>) -> Result<Self, EngineError> {
+        let credentials = match (&target.app, &target.app_key) {
+            (Some(app), Some(key)) => Credentials::App(
+                App::new(app.app_id.to_string(), app.installation_id, key).map_err(|message| {
+                    EngineError::Denied {
+                        engine: KIND,
+                        message,
+                    }
+                })?,
+            ),
+            _ => Credentials::Token(target.token.clone().unwrap_or_else(|| Secret::new(""))),
+        };
         Ok(Api {
             http: HttpClient::new(KIND, &HttpConfig::default())?,
             target,
+            credentials: Arc::new(credentials),
         })
     }
 
-    fn request(&self, method: Method, url: &str) -> RequestBuilder {
-        let token = self.target.token.as_ref().map(|t| t.expose()).unwrap_or("");
-        self.http
+    async fn request(&self, method: Method, url: &str) -> Result<RequestBuilder, EngineError> {
+        let token = self
+            .credentials
+            .bearer(&self.http, &self.target.api_url)
+            .await?;
+        Ok(self
+            .http
             .request(method, url)
-            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::AUTHORIZATION, format!("Bearer {}", token.expose()))
             .header(header::ACCEPT, "application/vnd.github+json")
-            .header("X-GitHub-Api-Version", API_VERSION)
+            .header("X-GitHub-Api-Version", API_VERSION))
     }
 
     fn url(&self, rest: &str) -> String {
@@ -158,7 +178,7 @@ impl Api {
     async fn get<T: DeserializeOwned>(&self, url: &str, what: &str) -> Result<T, EngineError> {
         let got = self
             .http
-            .get_conditional(self.request(Method::GET, url), url, what)
+            .get_conditional(self.request(Method::GET, url).await?, url, what)
             .await?;
         self.http.decode(what, &got.body)
     }
@@ -173,7 +193,7 @@ impl Api {
     ) -> Result<Vec<T>, EngineError> {
         let got = self
             .http
-            .get_conditional(self.request(Method::GET, first), first, what)
+            .get_conditional(self.request(Method::GET, first).await?, first, what)
             .await?;
         let (total, items) = split(self.http.decode(what, &got.body)?);
         let next = match (&got.next_page, got.not_modified) {
@@ -182,7 +202,7 @@ impl Api {
             (None, true) if total > items.len() => {
                 let response = self
                     .http
-                    .send(self.request(Method::GET, first), what)
+                    .send(self.request(Method::GET, first).await?, what)
                     .await?;
                 paging::next_link(response.headers())
             }
@@ -195,7 +215,7 @@ impl Api {
             async move {
                 let response = self
                     .http
-                    .send(self.request(Method::GET, &url), what)
+                    .send(self.request(Method::GET, &url).await?, what)
                     .await?;
                 let link = paging::next_link(response.headers());
                 let bytes = response.bytes().await.map_err(|e| EngineError::Timeout {
@@ -227,7 +247,7 @@ impl Api {
         let what = "actions.createWorkflowDispatch";
         let response = self
             .http
-            .send(self.request(Method::POST, &url).json(&body), what)
+            .send(self.request(Method::POST, &url).await?.json(&body), what)
             .await?;
         if response.status() == StatusCode::NO_CONTENT {
             return Ok(None);
@@ -305,7 +325,7 @@ impl Api {
         });
         self.http
             .send(
-                self.request(Method::POST, &url).json(&body),
+                self.request(Method::POST, &url).await?.json(&body),
                 "actions.reviewPendingDeploymentsForRun",
             )
             .await?;
@@ -322,7 +342,10 @@ impl Api {
         } else {
             "actions.cancelWorkflowRun"
         };
-        let got = self.http.send(self.request(Method::POST, &url), what).await;
+        let got = self
+            .http
+            .send(self.request(Method::POST, &url).await?, what)
+            .await;
         self.forget_run(id);
         got.map(drop)
     }
@@ -365,7 +388,10 @@ impl Api {
     }
 
     async fn bytes(&self, url: &str, what: &str) -> Result<Vec<u8>, EngineError> {
-        let response = self.http.send(self.request(Method::GET, url), what).await?;
+        let response = self
+            .http
+            .send(self.request(Method::GET, url).await?, what)
+            .await?;
         response
             .bytes()
             .await

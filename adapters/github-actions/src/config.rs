@@ -26,6 +26,42 @@ pub struct ResultArtifact {
     pub path: String,
 }
 
+/// A GitHub App installation to authenticate as.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppConfig {
+    /// The App's id (or client id), the JWT issuer.
+    pub app_id: AppId,
+    /// The installation on the repository's owner.
+    pub installation_id: u64,
+    /// The environment variable holding the App's PEM private key.
+    #[serde(default = "default_key_env")]
+    pub private_key_env: String,
+}
+
+/// An App id, written as a number or a string.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum AppId {
+    /// The numeric App id.
+    Number(u64),
+    /// A client id (`Iv23...`) or the id as text.
+    Text(String),
+}
+
+impl std::fmt::Display for AppId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppId::Number(n) => write!(f, "{n}"),
+            AppId::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+fn default_key_env() -> String {
+    "GITHUB_APP_PRIVATE_KEY".to_owned()
+}
+
 /// How a run that concluded in failure is reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -61,9 +97,12 @@ pub struct GhTarget {
     /// The REST API root (GitHub Enterprise Server: `https://HOST/api/v3`).
     #[serde(default = "default_api")]
     pub api_url: String,
-    /// The environment variable holding the token (default `GITHUB_TOKEN`).
+    /// The environment variable holding the token (default `GITHUB_TOKEN`), when no `app`.
     #[serde(default = "default_token_env")]
     pub token_env: String,
+    /// Authenticate as a GitHub App installation instead of with a token.
+    #[serde(default)]
+    pub app: Option<AppConfig>,
     /// The artifact whose JSON file is the run's result.
     #[serde(default)]
     pub result_artifact: Option<ResultArtifact>,
@@ -79,6 +118,9 @@ pub struct GhTarget {
     /// The token itself, resolved from `token_env` at load (never from the manifest text).
     #[serde(skip)]
     pub token: Option<Secret>,
+    /// The App's private key, resolved from `app.private_key_env` at load.
+    #[serde(skip)]
+    pub app_key: Option<Secret>,
 }
 
 fn default_key_input() -> String {
@@ -171,10 +213,14 @@ impl GhTarget {
                 "github-actions target: result_artifact needs a name and a path",
             ));
         }
-        t.token = std::env::var(&t.token_env)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| Secret::new(v.trim()));
+        let secret = |var: &str| {
+            std::env::var(var)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| Secret::new(v.trim()))
+        };
+        t.token = secret(&t.token_env);
+        t.app_key = t.app.as_ref().and_then(|a| secret(&a.private_key_env));
         Ok(t)
     }
 
@@ -223,6 +269,27 @@ impl GhTarget {
             return Err(format!("{r:?} is not a git ref"));
         }
         Ok(r)
+    }
+
+    /// Where the credentials come from, when they are missing: the key to report and why.
+    pub fn missing_credentials(&self) -> Option<(&'static str, String)> {
+        match &self.app {
+            Some(app) if self.app_key.is_none() => Some((
+                "app.private_key_env",
+                format!(
+                    "github-actions target: the environment variable {} holds no App private key",
+                    app.private_key_env
+                ),
+            )),
+            None if self.token.is_none() => Some((
+                "token_env",
+                format!(
+                    "github-actions target: the environment variable {} holds no token",
+                    self.token_env
+                ),
+            )),
+            _ => None,
+        }
     }
 
     /// `https://api.github.com/repos/OWNER/REPO/actions`.

@@ -25,13 +25,14 @@
 //! `x-ratelimit-remaining`/`-reset` and `retry-after`, through flowgate-http.
 
 mod api;
+mod auth;
 mod config;
 mod engine;
 mod mapping;
 mod template;
 mod zip;
 
-pub use config::{GhTarget, MAX_INPUTS, OnFailure, ResultArtifact};
+pub use config::{AppConfig, AppId, GhTarget, MAX_INPUTS, OnFailure, ResultArtifact};
 pub use engine::GitHubActionsEngine;
 
 use serde_json::{Value, json};
@@ -45,17 +46,11 @@ pub fn register(registry: &mut flowgate_core::Registry) {
         KIND,
         Box::new(|target, _base_dir| {
             let target = GhTarget::from_manifest(target)?;
-            if target.token.is_none() {
-                return Err(flowgate_core::TargetError::at(
-                    "token_env",
-                    format!(
-                        "github-actions target: the environment variable {} holds no token",
-                        target.token_env
-                    ),
-                ));
+            if let Some((key, message)) = target.missing_credentials() {
+                return Err(flowgate_core::TargetError::at(key, message));
             }
             let engine = GitHubActionsEngine::new(target)
-                .map_err(|e| flowgate_core::TargetError::whole(e.to_string()))?;
+                .map_err(|e| flowgate_core::TargetError::at("app", e.to_string()))?;
             Ok(std::sync::Arc::new(engine) as std::sync::Arc<dyn flowgate_core::Engine>)
         }),
     );

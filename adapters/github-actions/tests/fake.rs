@@ -386,3 +386,67 @@ async fn inputs_the_workflow_does_not_declare_are_refused_with_githubs_message()
         "{missing:?}"
     );
 }
+
+/// An RSA key pair made with the openssl CLI: (PKCS#1 private PEM, public key file).
+fn app_key_pair(dir: &std::path::Path, name: &str) -> (String, std::path::PathBuf) {
+    let private = dir.join(format!("{name}.pem"));
+    let public = dir.join(format!("{name}.pub.pem"));
+    let ok = std::process::Command::new("openssl")
+        .args(["genrsa", "-traditional", "-out"])
+        .arg(&private)
+        .arg("2048")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl genrsa (the openssl CLI is needed)")
+        .success()
+        && std::process::Command::new("openssl")
+            .args(["rsa", "-pubout", "-in"])
+            .arg(&private)
+            .arg("-out")
+            .arg(&public)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl rsa")
+            .success();
+    assert!(ok, "openssl could not make a key pair");
+    (std::fs::read_to_string(&private).expect("read key"), public)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_github_app_mints_one_installation_token_and_reuses_it() {
+    let dir = std::env::temp_dir().join(format!("flowgate-gh-app-{}", IdempotencyKey::new()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (pem, public) = app_key_pair(&dir, "app");
+    let (other_pem, _) = app_key_pair(&dir, "other");
+    let public = public.to_string_lossy().into_owned();
+    let fake = Fake::start_with(&["--app-id", "424242", "--app-public-key", &public]);
+    let as_app = |key: &str| {
+        let mut t = fake.target(
+            "greet.yml",
+            json!({"app": {"app_id": 424242, "installation_id": 77, "private_key_env": "FLOWGATE_UNUSED_KEY_VAR"},
+                   "result_artifact": {"name": "result", "path": "result.json"}}),
+        );
+        t.token = None;
+        t.app_key = Some(flowgate_http::Secret::new(key));
+        Arc::new(GitHubActionsEngine::new(t).expect("engine"))
+    };
+    let e = as_app(&pem);
+    let x = start(&e, json!({"name": "App", "seconds": 0})).await;
+    let done = wait_for(&e, &x, |r| r.state.is_terminal()).await;
+    assert_eq!(done.output, Some(json!({"greeting": "hello App"})));
+    let stats = fake.hook("stats", Value::Null);
+    assert_eq!(
+        stats["app_tokens"], 1,
+        "one installation token, reused: {stats}"
+    );
+    assert!(stats["requests"].as_u64().unwrap_or(0) > 3, "{stats}");
+
+    let forged = as_app(&other_pem)
+        .start(StartRequest::new("t", json!({"name": "x"}), "tests"))
+        .await;
+    assert!(
+        matches!(forged, Err(EngineError::Denied { .. })),
+        "{forged:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -16,6 +16,7 @@ the operations flowgate uses, with their status codes, field names, errors and h
     GET  /repos/{owner}/{repo}/actions/runs/{run_id}/artifacts               (name, paging)
     GET  /repos/{owner}/{repo}/actions/artifacts/{artifact_id}/zip           (302 to the zip)
     GET  /repos/{owner}/{repo}/actions/jobs/{job_id}/logs                    (302 to the text)
+    POST /app/installations/{installation_id}/access_tokens                  (App JWT -> 201 token)
 
 Every answer carries x-ratelimit-limit/-remaining/-used/-reset/-resource; GETs carry an ETag and
 answer a matching If-None-Match with 304, which (as on GitHub) does not count against the limit.
@@ -45,10 +46,15 @@ Shortcuts this fake takes (everything else follows the description):
   together under a subreaper); a step that ignores it keeps the run in_progress until
   force-cancel, which sends SIGKILL. The run completes when its last process is gone. (GitHub
   sends SIGINT, then SIGTERM, and runs `always()` steps; the fake has no always() handling.)
+- act in host mode reads a step's output asynchronously and can drop the last lines of a step
+  that exits at once; the test workflows pause half a second before failing on purpose.
 - Runs are never queued behind others: status goes queued -> in_progress at once; run_attempt is
   always 1; no re-runs; state is in memory and never purged.
 - The rate limit is one "core" bucket per token (--rate-limit, default 5000 an hour); secondary
   limits are staged by the tests (POST /_fake/throttle), answered 429 with retry-after.
+- GitHub Apps: one App (--app-id, its public key --app-public-key), any installation id; the
+  JWT's RS256 signature is checked with the openssl CLI, `iss`, `exp` and the ten-minute limit
+  are checked; installation tokens last an hour and have every permission.
 - Test hooks under /_fake/ (not GitHub's): lose-next-dispatch-answer (dispatch, then drop the
   connection without an answer), throttle, rate-limit, stats, and runs/{id}/processes (pids of
   the run still alive).
@@ -80,7 +86,8 @@ RUNS = {}
 JOBS = {}
 ARTIFACTS = {}
 COUNTERS = {"run": 4000000000, "job": 7000000000, "artifact": 900000, "deployment": 1000}
-STATS = {"requests": 0, "not_modified": 0, "dispatches": 0}
+STATS = {"requests": 0, "not_modified": 0, "dispatches": 0, "app_tokens": 0}
+INSTALLATION_TOKENS = {}  # token -> expiry (epoch seconds)
 HOOKS = {"lose_next_dispatch": False, "throttle": 0, "retry_after": 1}
 LIMIT = {"limit": 5000, "used": 0, "reset": 0}
 CFG = argparse.Namespace()
@@ -311,7 +318,7 @@ def observe(run, ev):
     stamp = ev.get("time", now())
     if ev.get("raw_output"):
         job.log.extend(f"{stamp} {l}" for l in ev.get("msg", "").splitlines())
-    elif ev.get("level") == "error" and ev.get("stage") == "Main":
+    elif ev.get("level") == "error" and str(ev.get("msg", "")).startswith("exit status"):
         job.log.append(f"{stamp} ##[error]Process completed with {ev.get('msg', '')}")
     if step_name == GATE_STEP:
         env_name = job.environment
@@ -489,6 +496,9 @@ class Handler(BaseHTTPRequestHandler):
                 return self.fake_hook(method, path[len("/_fake/"):])
             if path.startswith("/_blob/"):
                 return self.blob(path[len("/_blob/"):])
+            if method == "POST" and (m := re.fullmatch(r"/app/installations/(\d+)/access_tokens", path)):
+                return self.send(201, mint_installation_token(self.headers.get("Authorization", "")),
+                                 self.rate_headers())
             self.authenticate()
             etag_ok = self.count(method)
             status, payload, headers = route(method, path, query, self.body() if method == "POST" else {})
@@ -518,7 +528,8 @@ class Handler(BaseHTTPRequestHandler):
     def authenticate(self):
         auth = self.headers.get("Authorization", "")
         scheme, _, token = auth.partition(" ")
-        if scheme.lower() not in ("bearer", "token") or token != CFG.token:
+        known = token == CFG.token or INSTALLATION_TOKENS.get(token, 0) > time.time()
+        if scheme.lower() not in ("bearer", "token") or not known:
             raise ApiError(401, "Bad credentials")
 
     def count(self, method):
@@ -578,6 +589,45 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         self.handle_any("POST")
+
+
+def b64url_decode(part):
+    import base64
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def mint_installation_token(authorization):
+    """POST /app/installations/{id}/access_tokens: checks the App's JWT, answers a token."""
+    scheme, _, jwt = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not CFG.app_public_key or jwt.count(".") != 2:
+        raise ApiError(401, "A JSON web token could not be decoded")
+    head, payload, sig = jwt.split(".")
+    try:
+        header, claims = json.loads(b64url_decode(head)), json.loads(b64url_decode(payload))
+        signature = b64url_decode(sig)
+    except ValueError:
+        raise ApiError(401, "A JSON web token could not be decoded")
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "sig"), "wb") as f:
+            f.write(signature)
+        ok = subprocess.run(["openssl", "dgst", "-sha256", "-verify", CFG.app_public_key,
+                             "-signature", os.path.join(d, "sig")],
+                            input=f"{head}.{payload}".encode(), capture_output=True).returncode == 0
+    t = time.time()
+    if header.get("alg") != "RS256" or not ok:
+        raise ApiError(401, "A JSON web token could not be decoded")
+    if str(claims.get("iss")) != str(CFG.app_id):
+        raise ApiError(401, "Integration not found")
+    if not (claims.get("exp", 0) > t and claims.get("exp", 0) - claims.get("iat", 0) <= 600):
+        raise ApiError(401, "'Expiration time' claim ('exp') is too far in the future")
+    token = "ghs_" + hashlib.sha256(os.urandom(16)).hexdigest()[:36]
+    expires = int(t) + 3600
+    with LOCK:
+        INSTALLATION_TOKENS[token] = expires
+        STATS["app_tokens"] += 1
+    return {"token": token, "expires_at": datetime.fromtimestamp(expires, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "permissions": {"actions": "write", "deployments": "write", "contents": "read"},
+            "repository_selection": "all"}
 
 
 def paged(items, query, key, base_url):
@@ -766,6 +816,8 @@ def main():
     p.add_argument("--token", required=True)
     p.add_argument("--act", default=shutil.which("act") or "act")
     p.add_argument("--protected", action="append", default=[])
+    p.add_argument("--app-id", default="")
+    p.add_argument("--app-public-key", default="")
     p.add_argument("--rate-limit", type=int, default=5000)
     p.add_argument("--rate-window", type=int, default=3600)
     p.add_argument("--max-per-page", type=int, default=100, help="GitHub's is 100; tests lower it to exercise paging")
