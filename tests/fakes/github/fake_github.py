@@ -98,11 +98,55 @@ GATE_STEP = "__fake_environment_review__"
 # run ends only with its last process (a step that ignores SIGTERM needs force-cancel).
 SUPERVISOR = r"""
 import ctypes, os, signal, sys, time
-ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-marker = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def descendants():
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = [], list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def kill_all(*_):
+    for pid in descendants():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(1)
+
+
+# The fake gone (killed by a test harness): take the whole run down with it. (Not
+# PR_SET_PDEATHSIG: it fires when the spawning request thread ends, not the fake.)
+import threading
+signal.signal(signal.SIGTERM, kill_all)
+fake_pid = int(sys.argv[1])
+
+
+def watch_fake():
+    while True:
+        if os.getppid() != fake_pid:
+            kill_all()
+        time.sleep(0.5)
+
+
+threading.Thread(target=watch_fake, daemon=True).start()
+marker = sys.argv[2]
 act = os.fork()
 if act == 0:
-    os.execvp(sys.argv[2], sys.argv[2:])
+    os.execvp(sys.argv[3], sys.argv[3:])
 code = 1
 while True:
     try:
@@ -112,15 +156,11 @@ while True:
     if pid == act:
         code = os.waitstatus_to_exitcode(status)
         if not os.path.exists(marker):
-            for entry in os.listdir("/proc"):
-                if entry.isdigit():
-                    try:
-                        with open(f"/proc/{entry}/stat") as f:
-                            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                        if ppid == os.getpid():
-                            os.kill(int(entry), signal.SIGKILL)
-                    except (OSError, ValueError, IndexError):
-                        pass
+            for pid in descendants():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 sys.exit(code if code >= 0 else 1)
 """
 
@@ -283,7 +323,7 @@ def start_run(run):
     with open(event, "w") as f:
         json.dump({"inputs": run.inputs, "ref": f"refs/heads/{run.ref}"}, f)
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    cmd = [sys.executable, "-c", SUPERVISOR, os.path.join(run.dir, "cancelled"),
+    cmd = [sys.executable, "-c", SUPERVISOR, str(os.getpid()), os.path.join(run.dir, "cancelled"),
            CFG.act, "workflow_dispatch", "-W", wf, "-e", event, "--json",
            "-P", "ubuntu-latest=-self-hosted", "--container-daemon-socket", "-"]
     run.proc = subprocess.Popen(cmd, cwd=run.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
