@@ -57,6 +57,9 @@ pub struct Conditional {
     pub body: Vec<u8>,
     /// Whether the engine answered 304 Not Modified.
     pub not_modified: bool,
+    /// The `Link: rel="next"` URL of a fresh answer (a 304 carries none: ask the first page
+    /// in full when the remembered body says there are more).
+    pub next_page: Option<String>,
 }
 
 impl HttpClient {
@@ -152,6 +155,7 @@ impl HttpClient {
                 return Ok(Conditional {
                     body,
                     not_modified: true,
+                    next_page: None,
                 });
             }
             // The entry went away between the two reads: ask in full.
@@ -161,6 +165,7 @@ impl HttpClient {
                 source: None,
             });
         }
+        let next_page = crate::paging::next_link(response.headers());
         let etag = response
             .headers()
             .get(ETAG)
@@ -178,6 +183,7 @@ impl HttpClient {
         Ok(Conditional {
             body,
             not_modified: false,
+            next_page,
         })
     }
 

@@ -13,7 +13,8 @@ use crate::setup;
     not(any(
         feature = "stepfunctions",
         feature = "google-workflows",
-        feature = "gitlab-ci"
+        feature = "gitlab-ci",
+        feature = "github-actions"
     )),
     allow(dead_code)
 )]
@@ -63,6 +64,17 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
         )?;
         if !gitlab.is_empty() {
             out.insert("gitlab".into(), flowgate_gitlab_ci::scopes(&gitlab));
+        }
+    }
+    #[cfg(feature = "github-actions")]
+    {
+        let gh = targets(
+            manifest,
+            flowgate_github_actions::KIND,
+            flowgate_github_actions::GhTarget::from_manifest,
+        )?;
+        if !gh.is_empty() {
+            out.insert("github".into(), flowgate_github_actions::permissions(&gh));
         }
     }
     if manifest.tools.iter().any(|t| t.target.engine == "local") {

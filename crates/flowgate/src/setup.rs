@@ -16,7 +16,8 @@ pub(crate) const BUNDLED_MANIFEST: &str = include_str!("../../../examples/flowga
         feature = "local",
         feature = "stepfunctions",
         feature = "google-workflows",
-        feature = "gitlab-ci"
+        feature = "gitlab-ci",
+        feature = "github-actions"
     )),
     allow(unused_mut)
 )]
@@ -36,6 +37,8 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
     flowgate_google_workflows::register(&mut registry);
     #[cfg(feature = "gitlab-ci")]
     flowgate_gitlab_ci::register(&mut registry);
+    #[cfg(feature = "github-actions")]
+    flowgate_github_actions::register(&mut registry);
     #[cfg(not(feature = "local"))]
     let _ = state_dir;
     registry

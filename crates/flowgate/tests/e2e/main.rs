@@ -7,6 +7,7 @@ mod bad_input;
 mod conformance;
 mod deploy;
 mod gitlab_ci;
+mod github_actions;
 mod google_workflows;
 mod http_mode;
 mod http_tasks;

@@ -1,0 +1,135 @@
+//! GitHub Actions tools through the whole server, against the REST fake whose runs really run
+//! the workflow files with act: a task started by one server process is answered by another.
+
+use flowgate_github_actions::testing::Fake;
+use rmcp::model::TaskStatus;
+use serde_json::json;
+
+use crate::support::*;
+
+const TOKEN_VAR: &str = "FLOWGATE_E2E_GITHUB_TOKEN";
+
+fn manifest(dir: &std::path::Path, fake: &Fake) -> std::path::PathBuf {
+    let url = &fake.url;
+    let tool = |name: &str, workflow: &str, extra: &str| {
+        let schema = if name == "greet" {
+            "    output_schema: {type: object, properties: {greeting: {type: string}}, required: [greeting]}\n"
+        } else {
+            ""
+        };
+        format!(
+            "  - name: {name}\n{schema}    task: required\n    poll_interval_ms: 200\n    target: {{engine: github-actions, owner: acme, repo: app, workflow: {workflow}, ref: main, api_url: \"{url}\", token_env: {TOKEN_VAR}{extra}}}\n"
+        )
+    };
+    let text = format!(
+        "tools:\n{}{}{}",
+        tool(
+            "greet",
+            "greet.yml",
+            ", result_artifact: {name: result, path: result.json}, cancel_grace_ms: 3000"
+        ),
+        tool("checks", "fails.yml", ""),
+        tool("release", "release.yml", ""),
+    );
+    let path = dir.join("github.yaml");
+    std::fs::write(&path, text).expect("write manifest");
+    path
+}
+
+#[tokio::test]
+async fn github_runs_complete_fail_ask_cancel_and_survive_a_server_restart() {
+    let fake = Fake::shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = manifest(dir.path(), &fake);
+    let env = [(TOKEN_VAR, fake.token.as_str())];
+
+    let mut first = Server::start_with(dir.path(), Some(&manifest), &env, None);
+    let client = http_client(&first.url, true).await;
+    let greet = start_task(&client, "greet", json!({"name": "Ada", "seconds": 2})).await;
+    let checks = start_task(&client, "checks", json!({"day": "2026-12-01"})).await;
+    let release = start_task(&client, "release", json!({"version": "4.2"})).await;
+    let mut message = None;
+    for _ in 0..50 {
+        message = get(&client, &greet).await.task.task.status_message;
+        if message.as_deref().is_some_and(|m| m.contains("Wait")) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        message.as_deref(),
+        Some("Build greeting: Wait (step 3 of 3)"),
+        "the running job and step (act has reported three steps so far)"
+    );
+    drop(client);
+    first.kill();
+
+    let second = Server::start_with(dir.path(), Some(&manifest), &env, None);
+    let client = http_client(&second.url, true).await;
+    let done = poll_until(
+        &client,
+        &greet,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(result_json(&done), json!({"greeting": "hello Ada"}));
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"greeting": "hello Ada"}),
+        "the artifact's JSON is the structured result: {done}"
+    );
+
+    let failed = poll_until(
+        &client,
+        &checks,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(failed["result"]["isError"], true, "{failed}");
+    let text = failed["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(
+        text.contains("\"Unit tests\"") && text.contains("\"Run checks\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("no rows for 2026-12-01"),
+        "the log tail: {text}"
+    );
+
+    let waiting = poll_until(
+        &client,
+        &release,
+        &[TaskStatus::InputRequired, TaskStatus::Completed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(waiting["status"], "input_required", "{waiting}");
+    let key = first_input_key(&waiting);
+    answer(
+        &client,
+        &release,
+        &key,
+        json!({"action": "accept", "content": {"decision": "approve", "comment": "lgtm"}}),
+    )
+    .await;
+    let released = poll_until(
+        &client,
+        &release,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    let out = result_json(&released);
+    assert_eq!(out["jobs"]["deploy"], "success", "{out}");
+    assert_eq!(out["reviews"][0]["comment"], "lgtm");
+
+    let long = start_task(&client, "greet", json!({"name": "Bo", "seconds": 600})).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let cancelled = cancel_and_settle(&client, &long).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    client.cancel().await.ok();
+}
