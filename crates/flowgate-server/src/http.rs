@@ -6,12 +6,16 @@
 //!
 //! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), a body that is not a
 //! JSON-RPC message gets a JSON-RPC error (module `malformed`), and a `tasks/*` request without
-//! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`).
+//! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`). With
+//! [`HttpOptions::auth`] set, `/mcp` requires an OAuth access token (module `auth`).
 
+mod auth;
 mod malformed;
 mod mcp_name;
 mod origins;
 
+pub use auth::HttpAuth;
+pub(crate) use auth::caller;
 pub use origins::allowed_origin;
 
 use std::sync::Arc;
@@ -39,6 +43,8 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Cancelled to stop in-flight request handling on shutdown.
     pub shutdown: CancellationToken,
+    /// When set, `/mcp` requires a valid bearer token and the RFC 9728 metadata is served.
+    pub auth: Option<Arc<HttpAuth>>,
 }
 
 /// The axum router: `POST /mcp` for MCP, `GET /healthz` for load balancers.
@@ -66,7 +72,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    Router::new()
+    let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
             body_limit,
@@ -75,8 +81,17 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             body_limit,
             malformed::jsonrpc_errors,
-        ))
-        .route("/healthz", get(|| async { "ok\n" }))
+        ));
+    if let Some(auth) = options.auth {
+        // Outermost on `/mcp`: nothing reads the body of a request without a valid token.
+        app = app
+            .layer(axum::middleware::from_fn_with_state(
+                auth.clone(),
+                auth::require_token,
+            ))
+            .merge(auth::metadata_routes(auth));
+    }
+    app.route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(request_span))
 }
 

@@ -84,6 +84,13 @@ async fn serve(args: ServeArgs) -> ExitCode {
         sync_wait: Duration::from_secs(args.sync_wait_secs),
     };
     let tool_count = tools.iter().count();
+    let auth = match crate::auth::from_args(&args, Vec::new()) {
+        Ok(auth) => auth,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let server = FlowgateServer::new(tools, keys, options);
     if args.stdio {
         tracing::info!(tools = tool_count, "serving MCP on stdio");
@@ -102,6 +109,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
             allowed_hosts: args.allowed_hosts,
             allowed_origins,
             shutdown: shutdown.clone(),
+            auth,
         },
     );
     if std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some() {
