@@ -13,10 +13,12 @@ mod auth;
 mod malformed;
 mod mcp_name;
 mod origins;
+mod scopes;
 
 pub use auth::HttpAuth;
 pub(crate) use auth::caller;
 pub use origins::allowed_origin;
+pub(crate) use scopes::allowed;
 
 use std::sync::Arc;
 
@@ -67,6 +69,12 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
             .enforce_origin_validation();
     }
     let body_limit = config.max_request_body_bytes;
+    let tool_scopes: std::collections::HashMap<String, Vec<String>> = server
+        .inner
+        .tools
+        .iter()
+        .map(|t| (t.spec.name.clone(), t.spec.scopes.clone()))
+        .collect();
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(NeverSessionManager::default()),
@@ -84,7 +92,16 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         ));
     if let Some(auth) = options.auth {
         // Outermost on `/mcp`: nothing reads the body of a request without a valid token.
+        let check = scopes::ScopeCheck {
+            auth: auth.clone(),
+            tools: Arc::new(tool_scopes),
+            limit: body_limit,
+        };
         app = app
+            .layer(axum::middleware::from_fn_with_state(
+                check,
+                scopes::require_scopes,
+            ))
             .layer(axum::middleware::from_fn_with_state(
                 auth.clone(),
                 auth::require_token,

@@ -84,7 +84,10 @@ async fn serve(args: ServeArgs) -> ExitCode {
         sync_wait: Duration::from_secs(args.sync_wait_secs),
     };
     let tool_count = tools.iter().count();
-    let auth = match crate::auth::from_args(&args, Vec::new()) {
+    let mut scopes: Vec<String> = tools.iter().flat_map(|t| t.spec.scopes.clone()).collect();
+    scopes.sort();
+    scopes.dedup();
+    let auth = match crate::auth::from_args(&args, scopes) {
         Ok(auth) => auth,
         Err(e) => {
             eprintln!("flowgate: {e}");

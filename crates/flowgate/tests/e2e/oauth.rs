@@ -226,3 +226,107 @@ async fn a_task_belongs_to_the_principal_that_started_it() {
     .await;
     assert!(cancelled.get("result").is_some(), "{cancelled}");
 }
+
+const SCOPED: &str = r#"
+default_scopes: [jobs.run]
+tools:
+  - name: report
+    target: { engine: local, command: [/bin/sh, -c, "echo '{}'"] }
+  - name: deploy
+    scopes: [jobs.run, deploy]
+    target: { engine: local, command: [/bin/sh, -c, "touch \"$FLOWGATE_ARG_MARK\""] }
+  - name: ping
+    scopes: []
+    target: { engine: local, command: [/bin/sh, -c, "echo '{}'"] }
+"#;
+
+#[tokio::test]
+async fn tools_need_their_scopes_to_be_listed_and_called() {
+    let issuer = FakeIssuer::start().await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest = state.path().join("scoped.yaml");
+    std::fs::write(&manifest, SCOPED).expect("manifest");
+    let log = state.path().join("serve.log");
+    let server = Server::start_with(
+        state.path(),
+        Some(&manifest),
+        &[
+            ("FLOWGATE_AUTH_ISSUER", issuer.issuer.as_str()),
+            ("FLOWGATE_AUTH_RESOURCE", RESOURCE),
+        ],
+        Some(&log),
+    );
+    let base = server.url.trim_end_matches("/mcp");
+    let meta: Value = reqwest::get(format!("{base}/.well-known/oauth-protected-resource/mcp"))
+        .await
+        .expect("metadata")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        meta["scopes_supported"],
+        json!(["deploy", "jobs.run"]),
+        "{meta}"
+    );
+
+    let names = |body: &Value| -> Vec<String> {
+        body["result"]["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let nobody = issuer.token("nobody", RESOURCE, "");
+    let runner = issuer.token("runner", RESOURCE, "jobs.run");
+    let deployer = issuer.token("deployer", RESOURCE, "jobs.run deploy");
+    for (token, expected) in [
+        (&nobody, vec!["ping"]),
+        (&runner, vec!["report", "ping"]),
+        (&deployer, vec!["report", "deploy", "ping"]),
+    ] {
+        let (status, _, body) = post(&server.url, Some(token), "tools/list", None, json!({})).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(names(&body), expected);
+    }
+
+    let mark = state.path().join("deployed");
+    let deploy = json!({"name": "deploy", "arguments": {"mark": mark}});
+    let (status, challenge, body) = post(
+        &server.url,
+        Some(&runner),
+        "tools/call",
+        Some("deploy"),
+        deploy.clone(),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        challenge.as_deref(),
+        Some(
+            format!(
+                "Bearer resource_metadata=\"{METADATA}\", scope=\"jobs.run deploy\", error=\"insufficient_scope\""
+            )
+            .as_str()
+        )
+    );
+    assert!(
+        runs(state.path()).is_empty(),
+        "a refused call started a run"
+    );
+
+    let (status, _, body) = post(
+        &server.url,
+        Some(&deployer),
+        "tools/call",
+        Some("deploy"),
+        deploy,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("result").is_some(), "{body}");
+    assert_eq!(runs(state.path()).len(), 1);
+}
