@@ -14,6 +14,8 @@
 pub mod challenge;
 pub mod jwks;
 pub mod principal;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod validate;
 
 pub use challenge::{ProtectedResourceMetadata, www_authenticate};

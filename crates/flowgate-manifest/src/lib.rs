@@ -2,6 +2,7 @@
 //! one starts.
 //!
 //! ```yaml
+//! default_scopes: [tools.run]   # OAuth scopes of tools without their own `scopes` (this file)
 //! tools:
 //!   - name: nightly_etl
 //!     description: Run the nightly ETL for one day.
@@ -16,6 +17,7 @@
 //!     elicit:                   # ask for missing arguments before starting (MCP MRTR)
 //!       - argument: day
 //!         message: Which day should the ETL run for?
+//!     scopes: [etl.run]         # a caller needs these to see and call the tool (when auth is on)
 //!     target:
 //!       engine: local
 //!       command: ["./etl.sh"]

@@ -17,6 +17,9 @@ const MIN_POLL_INTERVAL_MS: u64 = 100;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawManifest {
+    /// Scopes of every tool that does not name its own (`scopes:`); none when absent.
+    #[serde(default)]
+    default_scopes: Option<Spanned<Vec<String>>>,
     tools: Vec<Spanned<RawTool>>,
 }
 
@@ -41,6 +44,10 @@ struct RawTool {
     failure: RawFailure,
     #[serde(default)]
     elicit: Vec<Spanned<RawElicit>>,
+    /// OAuth scopes a caller needs to see and call the tool; `[]` means none even when the
+    /// manifest has `default_scopes`.
+    #[serde(default)]
+    scopes: Option<Spanned<Vec<String>>>,
     target: Spanned<Map<String, Value>>,
 }
 
@@ -140,8 +147,18 @@ pub fn parse_str(text: &str, file: &Path) -> Result<Manifest, Vec<ManifestError>
     })?;
     let mut manifest = Manifest::default();
     let mut errors = Vec::new();
+    let default_scopes = match raw.default_scopes {
+        Some(s) => match scopes(s, file, "default_scopes") {
+            Ok(s) => s,
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
     for tool in raw.tools {
-        match validate(tool, file) {
+        match validate(tool, file, &default_scopes) {
             Ok(t) => manifest.tools.push(t),
             Err(e) => errors.push(e),
         }
@@ -169,7 +186,36 @@ fn loc(file: &Path, l: &serde_saphyr::Location) -> Location {
     }
 }
 
-fn validate(raw: Spanned<RawTool>, file: &Path) -> Result<ToolSpec, ManifestError> {
+/// A scope list: each an RFC 6749 §3.3 scope token (printable ASCII without space, `"`, `\`).
+fn scopes(
+    raw: Spanned<Vec<String>>,
+    file: &Path,
+    what: &str,
+) -> Result<Vec<String>, ManifestError> {
+    let at = loc(file, &raw.referenced);
+    let mut out: Vec<String> = Vec::new();
+    for scope in raw.value {
+        let token = !scope.is_empty()
+            && scope
+                .bytes()
+                .all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\');
+        if !token {
+            return Err(at.error(format!(
+                "{what}: {scope:?} is not a scope (printable ASCII without spaces, quotes or backslashes)"
+            )));
+        }
+        if !out.contains(&scope) {
+            out.push(scope);
+        }
+    }
+    Ok(out)
+}
+
+fn validate(
+    raw: Spanned<RawTool>,
+    file: &Path,
+    default_scopes: &[String],
+) -> Result<ToolSpec, ManifestError> {
     let location = loc(file, &raw.referenced);
     let raw = raw.value;
     let name_at = loc(file, &raw.name.referenced);
@@ -232,6 +278,10 @@ fn validate(raw: Spanned<RawTool>, file: &Path) -> Result<ToolSpec, ManifestErro
             schema,
         });
     }
+    let scopes = match raw.scopes {
+        Some(s) => scopes(s, file, "scopes")?,
+        None => default_scopes.to_vec(),
+    };
     let target_at = loc(file, &raw.target.referenced);
     let mut config = raw.target.value;
     let engine = match config.remove("engine") {
@@ -261,6 +311,7 @@ fn validate(raw: Spanned<RawTool>, file: &Path) -> Result<ToolSpec, ManifestErro
             RawFailure::JsonrpcError => FailureMode::JsonRpcError,
         },
         elicit,
+        scopes,
         location,
         validator: Arc::new(validator),
     })

@@ -118,6 +118,9 @@ pub struct ToolSpec {
     pub failure: FailureMode,
     /// Arguments to ask for when missing, in order.
     pub elicit: Vec<Elicit>,
+    /// OAuth scopes a caller must hold to see and call the tool when the server requires
+    /// tokens (the tool's `scopes`, else the manifest's `default_scopes`, else none).
+    pub scopes: Vec<String>,
     /// Where the tool is declared.
     pub location: Location,
     pub(crate) validator: Arc<jsonschema::Validator>,

@@ -29,7 +29,14 @@ impl FlowgateServer {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(entry) = self.inner.tools.get(&request.name) else {
+        // A tool the caller's scopes do not allow is, to it, a tool that does not exist (the
+        // HTTP layer already answered 403 with the scope challenge; this is the backstop).
+        let Some(entry) = self
+            .inner
+            .tools
+            .get(&request.name)
+            .filter(|e| crate::http::allowed(crate::principal::caller(&ctx), &e.spec.scopes))
+        else {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool: {}", request.name),
                 None,

@@ -76,10 +76,17 @@ impl ServerHandler for FlowgateServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        // A caller sees only the tools its token's scopes let it call.
+        let caller = crate::principal::caller(&ctx);
         Ok(ListToolsResult::with_all_items(
-            self.inner.tools.iter().map(|t| t.tool.clone()).collect(),
+            self.inner
+                .tools
+                .iter()
+                .filter(|t| crate::http::allowed(caller, &t.spec.scopes))
+                .map(|t| t.tool.clone())
+                .collect(),
         ))
     }
 

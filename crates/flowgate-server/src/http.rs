@@ -6,13 +6,19 @@
 //!
 //! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), a body that is not a
 //! JSON-RPC message gets a JSON-RPC error (module `malformed`), and a `tasks/*` request without
-//! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`).
+//! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`). With
+//! [`HttpOptions::auth`] set, `/mcp` requires an OAuth access token (module `auth`).
 
+mod auth;
 mod malformed;
 mod mcp_name;
 mod origins;
+mod scopes;
 
+pub use auth::HttpAuth;
+pub(crate) use auth::caller;
 pub use origins::allowed_origin;
+pub(crate) use scopes::allowed;
 
 use std::sync::Arc;
 
@@ -39,6 +45,8 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Cancelled to stop in-flight request handling on shutdown.
     pub shutdown: CancellationToken,
+    /// When set, `/mcp` requires a valid bearer token and the RFC 9728 metadata is served.
+    pub auth: Option<Arc<HttpAuth>>,
 }
 
 /// The axum router: `POST /mcp` for MCP, `GET /healthz` for load balancers.
@@ -61,12 +69,18 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
             .enforce_origin_validation();
     }
     let body_limit = config.max_request_body_bytes;
+    let tool_scopes: std::collections::HashMap<String, Vec<String>> = server
+        .inner
+        .tools
+        .iter()
+        .map(|t| (t.spec.name.clone(), t.spec.scopes.clone()))
+        .collect();
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    Router::new()
+    let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
             body_limit,
@@ -75,8 +89,26 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             body_limit,
             malformed::jsonrpc_errors,
-        ))
-        .route("/healthz", get(|| async { "ok\n" }))
+        ));
+    if let Some(auth) = options.auth {
+        // Outermost on `/mcp`: nothing reads the body of a request without a valid token.
+        let check = scopes::ScopeCheck {
+            auth: auth.clone(),
+            tools: Arc::new(tool_scopes),
+            limit: body_limit,
+        };
+        app = app
+            .layer(axum::middleware::from_fn_with_state(
+                check,
+                scopes::require_scopes,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                auth.clone(),
+                auth::require_token,
+            ))
+            .merge(auth::metadata_routes(auth));
+    }
+    app.route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(request_span))
 }
 

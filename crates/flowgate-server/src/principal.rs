@@ -4,12 +4,21 @@ use rmcp::RoleServer;
 use rmcp::service::RequestContext;
 use sha2::{Digest, Sha256};
 
-/// The principal of every request until inbound authentication exists.
+/// The principal of a request no one authenticated (stdio, or HTTP without `auth`). It cannot
+/// collide with an authenticated one: those start with the issuer's length and a colon.
 pub const ANONYMOUS: &str = "anonymous";
 
-/// The caller's principal for this request.
-pub(crate) fn of(_ctx: &RequestContext<RoleServer>) -> String {
-    ANONYMOUS.to_owned()
+/// The caller's principal for this request: the authenticated issuer + subject the HTTP
+/// transport put in the request's parts, else [`ANONYMOUS`].
+pub(crate) fn of(ctx: &RequestContext<RoleServer>) -> String {
+    caller(ctx).map_or_else(|| ANONYMOUS.to_owned(), |c| c.principal.key())
+}
+
+/// The authenticated caller of this request, if any.
+pub(crate) fn caller(ctx: &RequestContext<RoleServer>) -> Option<&flowgate_auth::Authenticated> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(crate::http::caller)
 }
 
 /// A short, non-reversible digest of a principal, safe to put in engine labels.

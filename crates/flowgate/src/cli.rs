@@ -81,6 +81,17 @@ pub(crate) struct ServeArgs {
     /// Seconds a call waits for its result when the client cannot take a task.
     #[arg(long, env = env_vars::SYNC_WAIT_SECS, default_value_t = 60)]
     pub(crate) sync_wait_secs: u64,
+    /// Require OAuth access tokens on `/mcp`: the issuer (authorization server) whose JWT
+    /// access tokens are accepted. Needs `--auth-resource`. HTTP only.
+    #[arg(long, env = env_vars::AUTH_ISSUER, requires = "auth_resource")]
+    pub(crate) auth_issuer: Option<String>,
+    /// This server's canonical resource URI (the `aud` tokens must carry), e.g.
+    /// `https://flowgate.example/mcp`.
+    #[arg(long, env = env_vars::AUTH_RESOURCE, requires = "auth_issuer")]
+    pub(crate) auth_resource: Option<String>,
+    /// The issuer's JWKS URL; by default discovered from the issuer's metadata.
+    #[arg(long, env = env_vars::AUTH_JWKS_URL, requires = "auth_issuer")]
+    pub(crate) auth_jwks_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

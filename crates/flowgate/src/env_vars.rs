@@ -49,6 +49,18 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         "set by AWS Lambda: serve Lambda events instead of HTTP",
     ),
     (CLOUD_RUN_SERVICE, "set by Cloud Run"),
+    (
+        AUTH_ISSUER,
+        "OAuth issuer whose access tokens /mcp requires (turns auth on)",
+    ),
+    (
+        AUTH_RESOURCE,
+        "this server's resource URI, the tokens' audience (e.g. https://host/mcp)",
+    ),
+    (
+        AUTH_JWKS_URL,
+        "the issuer's JWKS URL, when not discovered from its metadata",
+    ),
 ];
 
 pub(crate) const MANIFEST: &str = "FLOWGATE_MANIFEST";
@@ -67,3 +79,6 @@ pub(crate) const LOG: &str = "FLOWGATE_LOG";
 pub(crate) const LOG_FORMAT: &str = "FLOWGATE_LOG_FORMAT";
 pub(crate) const LAMBDA_RUNTIME_API: &str = "AWS_LAMBDA_RUNTIME_API";
 pub(crate) const CLOUD_RUN_SERVICE: &str = "K_SERVICE";
+pub(crate) const AUTH_ISSUER: &str = "FLOWGATE_AUTH_ISSUER";
+pub(crate) const AUTH_RESOURCE: &str = "FLOWGATE_AUTH_RESOURCE";
+pub(crate) const AUTH_JWKS_URL: &str = "FLOWGATE_AUTH_JWKS_URL";

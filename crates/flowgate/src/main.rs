@@ -1,6 +1,7 @@
 //! The `flowgate` command: serve a manifest over MCP, check or list a manifest, and the helpers
 //! (`ask`, `status`) that commands run by the local engine call.
 
+mod auth;
 mod cli;
 mod env_vars;
 mod helpers;

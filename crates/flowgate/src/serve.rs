@@ -86,6 +86,16 @@ async fn serve(args: ServeArgs) -> ExitCode {
         sync_wait: Duration::from_secs(args.sync_wait_secs),
     };
     let tool_count = tools.iter().count();
+    let mut scopes: Vec<String> = tools.iter().flat_map(|t| t.spec.scopes.clone()).collect();
+    scopes.sort();
+    scopes.dedup();
+    let auth = match crate::auth::from_args(&args, scopes) {
+        Ok(auth) => auth,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let server = FlowgateServer::new(tools, keys, options);
     if args.stdio {
         tracing::info!(tools = tool_count, "serving MCP on stdio");
@@ -104,6 +114,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
             allowed_hosts: args.allowed_hosts,
             allowed_origins,
             shutdown: shutdown.clone(),
+            auth,
         },
     );
     if std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some() {

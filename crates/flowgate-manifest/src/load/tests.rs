@@ -187,3 +187,43 @@ fn elicit_entries_take_the_argument_schema_and_must_name_a_property() {
     assert_eq!(err.line, 5, "{err}");
     assert!(err.message.contains("whom"), "{err}");
 }
+
+#[test]
+fn scopes_come_from_the_tool_else_the_manifest_default() {
+    let m = parse(
+        r#"
+default_scopes: [tools.run]
+tools:
+  - name: own
+    scopes: [deploy, deploy, tools.run]
+    target: { engine: local, command: [echo] }
+  - name: defaulted
+    target: { engine: local, command: [echo] }
+  - name: open
+    scopes: []
+    target: { engine: local, command: [echo] }
+"#,
+    )
+    .expect("valid");
+    assert_eq!(m.tool("own").expect("own").scopes, ["deploy", "tools.run"]);
+    assert_eq!(m.tool("defaulted").expect("d").scopes, ["tools.run"]);
+    assert!(m.tool("open").expect("open").scopes.is_empty());
+    let plain = parse(GOOD).expect("valid");
+    assert!(plain.tools.iter().all(|t| t.scopes.is_empty()));
+}
+
+#[test]
+fn a_scope_with_a_space_or_quote_is_refused_where_it_is() {
+    let e = one_error(
+        r#"
+tools:
+  - name: t
+    scopes: ["two words"]
+    target: { engine: local, command: [echo] }
+"#,
+    );
+    assert_eq!(e.line, 4, "{e}");
+    assert!(e.message.contains("\"two words\" is not a scope"), "{e}");
+    let e = one_error("default_scopes: ['a\"b']\ntools: []\n");
+    assert!(e.message.contains("default_scopes"), "{e}");
+}

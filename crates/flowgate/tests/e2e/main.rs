@@ -13,6 +13,7 @@ mod http_mode;
 mod http_tasks;
 mod lambda;
 mod local_engine;
+mod oauth;
 mod protocol_edges;
 mod restart;
 mod stdio;

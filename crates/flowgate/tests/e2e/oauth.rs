@@ -1,0 +1,332 @@
+//! Inbound OAuth end to end: `flowgate serve --auth-*` against a local fake issuer
+//! (`flowgate_auth::testing`), with raw HTTP so the status codes and headers are visible.
+
+use flowgate_auth::testing::FakeIssuer;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const RESOURCE: &str = "https://flowgate.test/mcp";
+const METADATA: &str = "https://flowgate.test/.well-known/oauth-protected-resource/mcp";
+
+/// A 2026-07-28 JSON-RPC POST with an optional bearer token: status, `WWW-Authenticate`, body.
+async fn post(
+    url: &str,
+    token: Option<&str>,
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+) -> (u16, Option<String>, Value) {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "oauth-e2e", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .body(body.to_string());
+    if let Some(n) = name {
+        req = req.header("mcp-name", n);
+    }
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("http");
+    let status = resp.status().as_u16();
+    let challenge = resp
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = resp.text().await.expect("body");
+    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, challenge, value)
+}
+
+fn start(state: &std::path::Path, issuer: &FakeIssuer, log: &std::path::Path) -> Server {
+    Server::start_with(
+        state,
+        None,
+        &[
+            ("FLOWGATE_AUTH_ISSUER", issuer.issuer.as_str()),
+            ("FLOWGATE_AUTH_RESOURCE", RESOURCE),
+            ("FLOWGATE_LOG", "info"),
+        ],
+        Some(log),
+    )
+}
+
+#[tokio::test]
+async fn without_a_valid_token_mcp_answers_401_with_the_metadata_challenge() {
+    let issuer = FakeIssuer::start().await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let log = state.path().join("serve.log");
+    let server = start(state.path(), &issuer, &log);
+
+    let base = server.url.trim_end_matches("/mcp");
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let meta: Value = reqwest::get(format!("{base}{path}"))
+            .await
+            .expect("metadata")
+            .json()
+            .await
+            .expect("metadata json");
+        assert_eq!(meta["resource"], RESOURCE, "{path}: {meta}");
+        assert_eq!(
+            meta["authorization_servers"],
+            json!([issuer.issuer]),
+            "{meta}"
+        );
+        assert_eq!(
+            meta["bearer_methods_supported"],
+            json!(["header"]),
+            "{meta}"
+        );
+    }
+
+    let (status, challenge, _) = post(&server.url, None, "tools/list", None, json!({})).await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        challenge.as_deref(),
+        Some(format!("Bearer resource_metadata=\"{METADATA}\"").as_str())
+    );
+
+    let other = FakeIssuer::start().await;
+    let now = chrono::Utc::now().timestamp();
+    let forged = other.sign(&json!({
+        "iss": issuer.issuer, "sub": "mallory", "aud": RESOURCE, "iat": now, "exp": now + 300,
+    }));
+    let expired = issuer.sign(&json!({
+        "iss": issuer.issuer, "sub": "alice", "aud": RESOURCE, "iat": now - 900, "exp": now - 600,
+    }));
+    let bad_tokens = [
+        ("garbage", "not-a-jwt".to_owned()),
+        (
+            "another resource",
+            issuer.token("alice", "https://elsewhere.test/mcp", ""),
+        ),
+        ("another issuer's key", forged),
+        ("expired", expired),
+    ];
+    for (what, token) in &bad_tokens {
+        let (status, challenge, body) =
+            post(&server.url, Some(token), "tools/list", None, json!({})).await;
+        assert_eq!(status, 401, "{what}: {body}");
+        let challenge = challenge.unwrap_or_default();
+        assert!(
+            challenge.starts_with(&format!("Bearer resource_metadata=\"{METADATA}\""))
+                && challenge.contains("error=\"invalid_token\""),
+            "{what}: {challenge}"
+        );
+        assert!(!body.to_string().contains(token.as_str()), "{what}: echoed");
+    }
+
+    let good = issuer.token("alice", RESOURCE, "");
+    let (status, _, body) = post(&server.url, Some(&good), "tools/list", None, json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["result"]["tools"].is_array(), "{body}");
+
+    drop(server);
+    let logs = std::fs::read_to_string(&log).expect("log");
+    for (what, token) in bad_tokens.iter().chain([&("good", good)]) {
+        if token.len() > 20 {
+            assert!(!logs.contains(token.as_str()), "{what} token logged");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_task_belongs_to_the_principal_that_started_it() {
+    let issuer = FakeIssuer::start().await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let log = state.path().join("serve.log");
+    let server = start(state.path(), &issuer, &log);
+    let alice = issuer.token("alice", RESOURCE, "");
+    let bob = issuer.token("bob", RESOURCE, "");
+
+    let (status, _, created) = post(
+        &server.url,
+        Some(&alice),
+        "tools/call",
+        Some("long_job"),
+        json!({"name": "long_job", "arguments": {"steps": 30}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+
+    let (_, _, mine) = post(
+        &server.url,
+        Some(&alice),
+        "tasks/get",
+        Some(&id),
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(mine["result"]["taskId"], id.as_str(), "{mine}");
+
+    // Bob's view of Alice's task is exactly the view of a task that never existed.
+    let unknown = format!("{}x", &id[..id.len() - 1]);
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": "ID"})),
+        (
+            "tasks/update",
+            json!({"taskId": "ID", "inputResponses": {}}),
+        ),
+        ("tasks/cancel", json!({"taskId": "ID"})),
+    ] {
+        let with = |task: &str| {
+            let mut p = params.clone();
+            p["taskId"] = json!(task);
+            p
+        };
+        let (_, _, theirs) = post(&server.url, Some(&bob), method, Some(&id), with(&id)).await;
+        let (_, _, none) = post(
+            &server.url,
+            Some(&bob),
+            method,
+            Some(&unknown),
+            with(&unknown),
+        )
+        .await;
+        assert_eq!(theirs["error"]["code"], -32602, "{method}: {theirs}");
+        assert_eq!(theirs["error"], none["error"], "{method}");
+        assert!(theirs.get("result").is_none(), "{method}: {theirs}");
+    }
+
+    // Bob's cancel did nothing: the task still runs, and Alice can still end it.
+    let (_, _, still) = post(
+        &server.url,
+        Some(&alice),
+        "tasks/get",
+        Some(&id),
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(still["result"]["status"], "working", "{still}");
+    let (_, _, cancelled) = post(
+        &server.url,
+        Some(&alice),
+        "tasks/cancel",
+        Some(&id),
+        json!({"taskId": id}),
+    )
+    .await;
+    assert!(cancelled.get("result").is_some(), "{cancelled}");
+}
+
+const SCOPED: &str = r#"
+default_scopes: [jobs.run]
+tools:
+  - name: report
+    target: { engine: local, command: [/bin/sh, -c, "echo '{}'"] }
+  - name: deploy
+    scopes: [jobs.run, deploy]
+    target: { engine: local, command: [/bin/sh, -c, "touch \"$FLOWGATE_ARG_MARK\""] }
+  - name: ping
+    scopes: []
+    target: { engine: local, command: [/bin/sh, -c, "echo '{}'"] }
+"#;
+
+#[tokio::test]
+async fn tools_need_their_scopes_to_be_listed_and_called() {
+    let issuer = FakeIssuer::start().await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest = state.path().join("scoped.yaml");
+    std::fs::write(&manifest, SCOPED).expect("manifest");
+    let log = state.path().join("serve.log");
+    let server = Server::start_with(
+        state.path(),
+        Some(&manifest),
+        &[
+            ("FLOWGATE_AUTH_ISSUER", issuer.issuer.as_str()),
+            ("FLOWGATE_AUTH_RESOURCE", RESOURCE),
+        ],
+        Some(&log),
+    );
+    let base = server.url.trim_end_matches("/mcp");
+    let meta: Value = reqwest::get(format!("{base}/.well-known/oauth-protected-resource/mcp"))
+        .await
+        .expect("metadata")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        meta["scopes_supported"],
+        json!(["deploy", "jobs.run"]),
+        "{meta}"
+    );
+
+    let names = |body: &Value| -> Vec<String> {
+        body["result"]["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let nobody = issuer.token("nobody", RESOURCE, "");
+    let runner = issuer.token("runner", RESOURCE, "jobs.run");
+    let deployer = issuer.token("deployer", RESOURCE, "jobs.run deploy");
+    for (token, expected) in [
+        (&nobody, vec!["ping"]),
+        (&runner, vec!["report", "ping"]),
+        (&deployer, vec!["report", "deploy", "ping"]),
+    ] {
+        let (status, _, body) = post(&server.url, Some(token), "tools/list", None, json!({})).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(names(&body), expected);
+    }
+
+    let mark = state.path().join("deployed");
+    let deploy = json!({"name": "deploy", "arguments": {"mark": mark}});
+    let (status, challenge, body) = post(
+        &server.url,
+        Some(&runner),
+        "tools/call",
+        Some("deploy"),
+        deploy.clone(),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        challenge.as_deref(),
+        Some(
+            format!(
+                "Bearer resource_metadata=\"{METADATA}\", scope=\"jobs.run deploy\", error=\"insufficient_scope\""
+            )
+            .as_str()
+        )
+    );
+    assert!(
+        runs(state.path()).is_empty(),
+        "a refused call started a run"
+    );
+
+    let (status, _, body) = post(
+        &server.url,
+        Some(&deployer),
+        "tools/call",
+        Some("deploy"),
+        deploy,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("result").is_some(), "{body}");
+    assert_eq!(runs(state.path()).len(), 1);
+}
