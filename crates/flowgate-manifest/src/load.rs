@@ -134,17 +134,53 @@ pub fn load_path(path: &Path) -> Result<Manifest, Vec<ManifestError>> {
 /// # Errors
 /// Every problem found, each with its file, line and column.
 pub fn parse_str(text: &str, file: &Path) -> Result<Manifest, Vec<ManifestError>> {
-    let env: HashMap<String, String> = std::env::vars().collect();
-    let options = serde_saphyr::Options::default().with_properties(env);
-    let raw: RawManifest = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
-        let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
-        vec![ManifestError {
-            file: file.to_owned(),
-            line,
-            column,
-            message: first_line(&e.to_string()),
-        }]
-    })?;
+    let mut env: HashMap<String, String> = std::env::vars().collect();
+    let mut unset = Vec::new();
+    // serde stops at the first error; an unset variable is given a stand-in value and the read
+    // repeated, so one run reports every unset variable rather than one per run.
+    let (raw, options) = loop {
+        let options = serde_saphyr::Options::default().with_properties(env.clone());
+        match serde_saphyr::from_str_with_options::<RawManifest>(text, options.clone()) {
+            Ok(raw) if unset.is_empty() => break (raw, options),
+            Ok(_) => return Err(unset),
+            Err(e) => {
+                if let serde_saphyr::Error::UnresolvedProperty { name, location } =
+                    e.without_snippet()
+                    && !env.contains_key(name)
+                {
+                    unset.push(ManifestError {
+                        file: file.to_owned(),
+                        line: location.line(),
+                        column: location.column(),
+                        message: format!(
+                            "environment variable `{name}` is not set (`${{{name}}}`)"
+                        ),
+                    });
+                    env.insert(name.clone(), String::new());
+                    continue;
+                }
+                // After a stand-in, a later error may be the stand-in's doing: report the
+                // unset variables alone.
+                if !unset.is_empty() {
+                    return Err(unset);
+                }
+                let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+                unset.push(ManifestError {
+                    file: file.to_owned(),
+                    line,
+                    column,
+                    message: first_line(&e.without_snippet().to_string()),
+                });
+                return Err(unset);
+            }
+        }
+    };
+    // The strict read succeeded, so this lenient one can only lack places, never fail the load.
+    let mut places = serde_saphyr::from_str_with_options::<keys::TargetPlaces>(text, options)
+        .map(|p| p.tools)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.target.unwrap_or_default());
     let mut manifest = Manifest::default();
     let mut errors = Vec::new();
     let default_scopes = match raw.default_scopes {
@@ -158,7 +194,8 @@ pub fn parse_str(text: &str, file: &Path) -> Result<Manifest, Vec<ManifestError>
         None => Vec::new(),
     };
     for tool in raw.tools {
-        match validate(tool, file, &default_scopes) {
+        let keys = places.next().unwrap_or_default();
+        match validate(tool, keys, file, &default_scopes) {
             Ok(t) => manifest.tools.push(t),
             Err(e) => errors.push(e),
         }
@@ -213,6 +250,7 @@ fn scopes(
 
 fn validate(
     raw: Spanned<RawTool>,
+    keys: keys::KeyPlaces,
     file: &Path,
     default_scopes: &[String],
 ) -> Result<ToolSpec, ManifestError> {
@@ -299,6 +337,11 @@ fn validate(
             engine,
             config,
             location: target_at,
+            keys: keys
+                .0
+                .iter()
+                .map(|(k, l)| (k.clone(), loc(file, l)))
+                .collect(),
         },
         poll_interval_ms,
         ttl: match raw.ttl_ms {
@@ -351,5 +394,6 @@ fn check_unique(manifest: &Manifest, errors: &mut Vec<ManifestError>) {
     }
 }
 
+mod keys;
 #[cfg(test)]
 mod tests;

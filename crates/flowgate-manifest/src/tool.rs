@@ -1,5 +1,6 @@
 //! The validated form of a manifest.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -79,6 +80,18 @@ pub struct Target {
     pub config: Map<String, Value>,
     /// Where the target block starts.
     pub location: Location,
+    /// Where each key inside the block was written, by dotted path (`inputs.go.message`,
+    /// `command.0`), so an engine's complaint about one key points at it.
+    pub keys: BTreeMap<String, Location>,
+}
+
+impl Target {
+    /// The place of the key at `path` (a dotted path inside the target), or of the block when
+    /// the path is `None` or was not written (a missing key).
+    pub fn locate(&self, path: Option<&str>) -> &Location {
+        path.and_then(|p| self.keys.get(p))
+            .unwrap_or(&self.location)
+    }
 }
 
 /// An argument to ask the caller for (an MCP elicitation, before the task starts) when a call

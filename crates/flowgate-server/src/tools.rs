@@ -84,7 +84,7 @@ impl ToolSet {
                         output,
                     });
                 }
-                Err(e) => errors.push(spec.target.location.error(e.message)),
+                Err(e) => errors.push(spec.target.locate(e.key.as_deref()).error(e.message)),
             }
         }
         if errors.is_empty() {

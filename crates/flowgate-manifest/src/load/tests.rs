@@ -139,6 +139,7 @@ fn env_values_are_resolved_and_missing_ones_are_located() {
     let e = one_error(text);
     assert_eq!(e.line, 3, "{e}");
     assert!(e.message.contains("FLOWGATE_TEST_DESC_7"), "{e}");
+    assert!(e.message.contains("environment variable"), "{e}");
     let text = text.replace("FLOWGATE_TEST_DESC_7", "CARGO_PKG_NAME");
     let m = parse(&text).expect("parse");
     assert_eq!(m.tools[0].description, "flowgate-manifest");
@@ -226,4 +227,39 @@ tools:
     assert!(e.message.contains("\"two words\" is not a scope"), "{e}");
     let e = one_error("default_scopes: ['a\"b']\ntools: []\n");
     assert!(e.message.contains("default_scopes"), "{e}");
+}
+
+#[test]
+fn every_unset_variable_is_reported_in_one_run() {
+    let text = "tools:\n  - name: a\n    description: ${FLOWGATE_TEST_UNSET_A}\n    target:\n      engine: local\n      command:\n        - ${FLOWGATE_TEST_UNSET_B}\n";
+    let errors = parse(text).expect_err("two unset");
+    let found: Vec<(u64, u64, bool)> = errors
+        .iter()
+        .map(|e| (e.line, e.column, e.message.contains("environment variable")))
+        .collect();
+    assert_eq!(found, [(3, 18, true), (7, 11, true)], "{errors:?}");
+    assert!(
+        errors[0].message.contains("FLOWGATE_TEST_UNSET_A"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].message.contains("FLOWGATE_TEST_UNSET_B"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn target_keys_are_located_each_at_its_own_line_and_column() {
+    let text = "tools:\n  - name: a\n    target:\n      engine: local\n      command: [x]\n      inputs:\n        go: {mesage: m}\n";
+    let m = parse(text).expect("parse");
+    let t = &m.tools[0].target;
+    let at = |p: &str| {
+        let l = t.locate(Some(p));
+        (l.line, l.column)
+    };
+    assert_eq!(at("command"), (5, 7));
+    assert_eq!(at("inputs.go.mesage"), (7, 14));
+    assert_eq!(at("command.0"), (5, 17));
+    assert_eq!(at("not.written"), (4, 7), "a missing key is at the block");
+    assert_eq!((t.locate(None).line, t.locate(None).column), (4, 7));
 }

@@ -167,8 +167,22 @@ fn a_broken_manifest_fails_check_with_line_and_column() {
     );
     assert!(!ok);
     assert!(
-        stderr.contains("broken.yaml:4:7: local target: unknown field `comand`"),
-        "{stderr}"
+        stderr.contains("broken.yaml:5:7: local target: unknown field `comand`"),
+        "the typo's own line and column: {stderr}"
+    );
+
+    let (ok, stderr) = check(
+        &path,
+        "tools:\n  - name: a\n    description: ${FLOWGATE_E2E_UNSET_ONE}\n    target:\n      engine: local\n      command:\n        - ${FLOWGATE_E2E_UNSET_TWO}\n",
+    );
+    assert!(!ok);
+    assert!(
+        stderr
+            .contains("broken.yaml:3:18: environment variable `FLOWGATE_E2E_UNSET_ONE` is not set")
+            && stderr.contains(
+                "broken.yaml:7:11: environment variable `FLOWGATE_E2E_UNSET_TWO` is not set"
+            ),
+        "both unset variables in one run: {stderr}"
     );
 
     let (ok, stderr) = check(
@@ -177,8 +191,10 @@ fn a_broken_manifest_fails_check_with_line_and_column() {
     );
     assert!(!ok);
     assert!(
-        stderr.contains("broken.yaml:3:5:") && stderr.contains("tsk"),
-        "{stderr}"
+        stderr.contains("broken.yaml:3:5:")
+            && stderr.contains("tsk")
+            && !stderr.contains("line 3 column 5"),
+        "located once: {stderr}"
     );
 
     let (ok, stderr) = check(&path, "tools:\n  - name: a\n    target: {engine: nosuch}\n");
