@@ -6,8 +6,8 @@
 mod bad_input;
 mod conformance;
 mod deploy;
-mod gitlab_ci;
 mod github_actions;
+mod gitlab_ci;
 mod google_workflows;
 mod http_mode;
 mod http_tasks;
