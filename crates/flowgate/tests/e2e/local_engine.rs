@@ -79,27 +79,10 @@ async fn a_bare_manifest_name_runs_commands_in_the_current_folder() {
     let script = dir.path().join("where.sh");
     std::fs::write(&script, "#!/bin/sh\npwd\n").expect("script");
     chmod_x(&script);
-    let port = free_port();
-    let mut child = Command::new(bin())
-        .current_dir(dir.path())
-        .args(["serve", "--manifest", "tools.yaml", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .env("FLOWGATE_STATE_DIR", dir.path().join("state"))
-        .env("FLOWGATE_HANDLE_KEYS", KEY)
-        .env("FLOWGATE_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    wait_for_port(port);
-    let client = http_client(&format!("http://127.0.0.1:{port}/mcp"), true).await;
-    let id = start_task(&client, "where", json!({})).await;
-    let task = poll_until(
-        &client,
-        &id,
-        &[TaskStatus::Completed, TaskStatus::Failed],
-        &mut vec![],
-    )
-    .await;
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(dir.path())
+        .args(["serve", "--manifest", "tools.yaml"]);
+    let (mut child, task) = serve_and_run(cmd, &dir.path().join("state"), "where").await;
     let _ = child.kill();
     let _ = child.wait();
     let expected = dir.path().canonicalize().expect("canonical");
@@ -108,6 +91,36 @@ async fn a_bare_manifest_name_runs_commands_in_the_current_folder() {
         Some(expected),
         "{task}"
     );
+}
+
+/// Starts `cmd` (a `flowgate serve` invocation without `--listen`) on a free port with `state`
+/// as its state folder, calls `tool` as a task and polls it to its end.
+async fn serve_and_run(
+    mut cmd: Command,
+    state: &Path,
+    tool: &str,
+) -> (std::process::Child, serde_json::Value) {
+    let port = free_port();
+    let child = cmd
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("FLOWGATE_STATE_DIR", state)
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn flowgate serve");
+    wait_for_port(port);
+    let client = http_client(&format!("http://127.0.0.1:{port}/mcp"), true).await;
+    let id = start_task(&client, tool, json!({})).await;
+    let task = poll_until(
+        &client,
+        &id,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    (child, task)
 }
 
 fn chmod_x(path: &Path) {
@@ -189,30 +202,12 @@ tools:
 "#,
     )
     .expect("manifest");
-    let port = free_port();
-    let mut child = Command::new("unshare")
-        .args(["-p", "-f", "--kill-child", "--mount-proc"])
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-p", "-f", "--kill-child", "--mount-proc"])
         .arg(bin())
         .args(["serve", "--manifest"])
-        .arg(&manifest)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .env("FLOWGATE_STATE_DIR", dir.path().join("state"))
-        .env("FLOWGATE_HANDLE_KEYS", KEY)
-        .env("FLOWGATE_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn in a PID namespace");
-    wait_for_port(port);
-    let client = http_client(&format!("http://127.0.0.1:{port}/mcp"), true).await;
-    let id = start_task(&client, "orphan", json!({})).await;
-    let task = poll_until(
-        &client,
-        &id,
-        &[TaskStatus::Failed, TaskStatus::Completed],
-        &mut vec![],
-    )
-    .await;
+        .arg(&manifest);
+    let (mut child, task) = serve_and_run(cmd, &dir.path().join("state"), "orphan").await;
     let text = task.to_string();
     assert!(
         text.contains("without reporting an exit status"),
