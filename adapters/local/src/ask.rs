@@ -27,7 +27,10 @@ pub fn default_schema() -> Value {
 pub enum AskError {
     /// Not running under the local engine.
     #[error(
-        "{RUN_DIR_ENV} is not set: `flowgate ask` works only inside a command the local engine runs"
+        "`flowgate ask` and `flowgate status` are for the commands the local engine runs as tools: \
+         `ask` puts a question to the task's client and prints the answer, `status` sets the \
+         task's status message. Here there is no run to talk to ({RUN_DIR_ENV} is not set); \
+         call them from a tool's command under `flowgate serve`"
     )]
     NoRunDir,
     /// The question could not be written or read.

@@ -21,8 +21,10 @@ use crate::env_vars;
 pub(crate) fn init(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env(env_vars::LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    // Colour only where a person reads it: a file or a pipe gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = if json {
         builder

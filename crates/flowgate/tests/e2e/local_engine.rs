@@ -243,3 +243,46 @@ fn state_of(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
+
+/// `flowgate status` and `flowgate ask` outside a run say what they are for and where they
+/// work, instead of only naming a missing variable.
+#[test]
+fn status_and_ask_outside_a_run_say_what_they_are_for() {
+    for args in [&["status", "copying"][..], &["ask", "--message", "Go?"][..]] {
+        let out = Command::new(bin())
+            .args(args)
+            .env_remove("FLOWGATE_RUN_DIR")
+            .env_remove("FLOWGATE_STATUS_FILE")
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("for the commands the local engine runs"),
+            "{err}"
+        );
+        assert!(err.contains("flowgate serve"), "{err}");
+    }
+}
+
+/// Logs written to a file carry no terminal colour codes.
+#[tokio::test]
+async fn logs_to_a_file_have_no_colour_codes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("server.log");
+    let server = Server::start_with(
+        &dir.path().join("state"),
+        None,
+        &[("FLOWGATE_LOG", "info")],
+        Some(&log),
+    );
+    let client = http_client(&server.url, true).await;
+    let _ = client.list_all_tools().await;
+    drop(server);
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(!text.is_empty(), "the server logged nothing at info");
+    assert!(
+        !text.contains('\u{1b}'),
+        "colour codes in a log file: {text}"
+    );
+}
