@@ -129,6 +129,11 @@ fn group_alive(pgid: i32) -> bool {
 /// larger arguments reach the command only on stdin and in `input.json`.
 const MAX_ENV_VALUE: usize = 32 << 10;
 
+/// The server's `PATH`, or a conventional one when the server has none.
+fn server_path() -> std::ffi::OsString {
+    std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
+}
+
 impl LocalEngine {
     /// The command's whole environment: cleared, then the fixed base, the manifest's
     /// passthrough names and `env:`, then the run's `FLOWGATE_*` variables.
@@ -139,7 +144,7 @@ impl LocalEngine {
         request: &StartRequest,
         args: &[u8],
     ) {
-        command.env_clear();
+        command.env_clear().env("PATH", server_path());
         for name in BASE_ENV
             .iter()
             .copied()
@@ -148,9 +153,6 @@ impl LocalEngine {
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);
             }
-        }
-        if std::env::var_os("PATH").is_none() {
-            command.env("PATH", "/usr/local/bin:/usr/bin:/bin");
         }
         command
             .envs(&self.target.env)
@@ -174,8 +176,10 @@ impl LocalEngine {
         if let Some(bin) = &self.config.flowgate_bin {
             command.env("FLOWGATE_BIN", bin);
             if let Some(dir) = bin.parent() {
-                let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
-                command.env("PATH", format!("{}:{path}", dir.display()));
+                let mut path = dir.as_os_str().to_owned();
+                path.push(":");
+                path.push(server_path());
+                command.env("PATH", path);
             }
         }
     }

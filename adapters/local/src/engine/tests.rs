@@ -41,6 +41,18 @@ async fn start(e: &LocalEngine, arguments: Value) -> ExecutionRef {
     e.start(request).await.expect("start").execution
 }
 
+/// Whether every process of group `pgid` is gone within `limit`.
+async fn group_gone_within(pgid: i32, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while group_alive(pgid) {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    true
+}
+
 async fn wait_terminal(e: &LocalEngine, x: &ExecutionRef) -> flowgate_core::ExecutionRecord {
     for _ in 0..200 {
         let r = e.get(x).await.expect("get");
@@ -128,14 +140,7 @@ async fn cancel_stops_the_whole_process_group() {
     assert!(group_alive(pgid));
     e.cancel(&x).await.expect("cancel");
     assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
-    let mut gone = false;
-    for _ in 0..100 {
-        if !group_alive(pgid) {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let gone = group_gone_within(pgid, Duration::from_secs(10)).await;
     assert!(gone, "process group {pgid} still alive 10 s after cancel");
     assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
 }
@@ -152,14 +157,7 @@ async fn the_supervisor_kills_a_command_that_ignores_sigterm_without_the_server(
     assert!(group_alive(pgid));
     // Only the TERM, as `cancel` sends it; no engine task is left to send the KILL.
     killpg(Pid::from_raw(pgid), Signal::SIGTERM).expect("SIGTERM");
-    let mut gone = false;
-    for _ in 0..100 {
-        if !group_alive(pgid) {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let gone = group_gone_within(pgid, Duration::from_secs(10)).await;
     assert!(
         gone,
         "process group {pgid} ignored SIGTERM and lived 10 s with no server escalating"
