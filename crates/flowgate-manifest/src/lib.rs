@@ -24,8 +24,9 @@
 //! ```
 //!
 //! Parsing is strict: unknown keys are errors, and every error names the file, line and column.
-//! `${NAME}` in any value is replaced by the environment variable `NAME` at load; an unset
-//! variable is an error at its position.
+//! `${NAME}` in any value, whatever its scalar style, is replaced by the environment variable
+//! `NAME` at load; an unset variable is an error at its position, `$${` is a literal `${`, and
+//! every other `$` (shell forms, the run variables flowgate sets) is left for the command.
 
 mod error;
 mod load;

@@ -1,6 +1,5 @@
 //! Reading manifests from YAML.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -134,45 +133,29 @@ pub fn load_path(path: &Path) -> Result<Manifest, Vec<ManifestError>> {
 /// # Errors
 /// Every problem found, each with its file, line and column.
 pub fn parse_str(text: &str, file: &Path) -> Result<Manifest, Vec<ManifestError>> {
-    let mut env: HashMap<String, String> = std::env::vars().collect();
-    let mut unset = Vec::new();
-    // serde stops at the first error; an unset variable is given a stand-in value and the read
-    // repeated, so one run reports every unset variable rather than one per run.
-    let (raw, options) = loop {
-        let options = serde_saphyr::Options::default().with_properties(env.clone());
-        match serde_saphyr::from_str_with_options::<RawManifest>(text, options.clone()) {
-            Ok(raw) if unset.is_empty() => break (raw, options),
-            Ok(_) => return Err(unset),
-            Err(e) => {
-                if let serde_saphyr::Error::UnresolvedProperty { name, location } =
-                    e.without_snippet()
-                    && !env.contains_key(name)
-                {
-                    unset.push(ManifestError {
-                        file: file.to_owned(),
-                        line: location.line(),
-                        column: location.column(),
-                        message: format!(
-                            "environment variable `{name}` is not set (`${{{name}}}`)"
-                        ),
-                    });
-                    env.insert(name.clone(), String::new());
-                    continue;
-                }
-                // After a stand-in, a later error may be the stand-in's doing: report the
-                // unset variables alone.
-                if !unset.is_empty() {
-                    return Err(unset);
-                }
-                let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
-                unset.push(ManifestError {
-                    file: file.to_owned(),
-                    line,
-                    column,
-                    message: first_line(&e.without_snippet().to_string()),
-                });
-                return Err(unset);
-            }
+    parse_with_env(text, file, |name| std::env::var(name).ok())
+}
+
+/// [`parse_str`] with `${NAME}` looked up in `env` rather than the process environment.
+fn parse_with_env(
+    text: &str,
+    file: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Manifest, Vec<ManifestError>> {
+    let prepared = env_refs::prepare(text, env, file)?;
+    let mut options = serde_saphyr::Options::default().with_properties(prepared.vars);
+    options.property_syntax = serde_saphyr::PropertySyntax::DockerCompose;
+    let text = prepared.text.as_str();
+    let raw = match serde_saphyr::from_str_with_options::<RawManifest>(text, options.clone()) {
+        Ok(raw) => raw,
+        Err(e) => {
+            let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+            return Err(vec![ManifestError {
+                file: file.to_owned(),
+                line,
+                column,
+                message: first_line(&e.without_snippet().to_string()),
+            }]);
         }
     };
     // The strict read succeeded, so this lenient one can only lack places, never fail the load.
@@ -394,6 +377,7 @@ fn check_unique(manifest: &Manifest, errors: &mut Vec<ManifestError>) {
     }
 }
 
+mod env_refs;
 mod keys;
 #[cfg(test)]
 mod tests;

@@ -263,3 +263,52 @@ fn target_keys_are_located_each_at_its_own_line_and_column() {
     assert_eq!(at("not.written"), (4, 7), "a missing key is at the block");
     assert_eq!((t.locate(None).line, t.locate(None).column), (4, 7));
 }
+
+#[test]
+fn references_are_expanded_in_every_scalar_style_and_shell_text_is_kept() {
+    let text = r##"
+tools:
+  - name: a
+    description: "quoted ${SERVICE}"
+    poll_interval_ms: ${POLL}
+    input_schema:
+      $defs: { day: { type: string, pattern: "^[0-9]+$" } }
+      type: object
+      properties: { day: { $ref: "#/$defs/day" } }
+    target:
+      engine: local
+      env: { SERVICE: "${SERVICE}", LITERAL: '$${SERVICE}' }
+      command:
+        - /bin/sh
+        - -c
+        - |
+          echo ${SERVICE} "$HOME" ${FLOWGATE_ARG_DAY:-today} $$
+"##;
+    let env = |name: &str| match name {
+        "SERVICE" => Some("api: \"v2\" #1".to_owned()),
+        "POLL" => Some("750".to_owned()),
+        _ => None,
+    };
+    let m = parse_with_env(text, Path::new("t.yaml"), env).unwrap_or_else(|e| panic!("{e:?}"));
+    let tool = &m.tools[0];
+    assert_eq!(tool.description, "quoted api: \"v2\" #1");
+    assert_eq!(tool.poll_interval_ms, 750);
+    let target = serde_json::Value::Object(tool.target.config.clone());
+    assert_eq!(target["env"]["SERVICE"], "api: \"v2\" #1");
+    assert_eq!(target["env"]["LITERAL"], "${SERVICE}");
+    assert_eq!(
+        target["command"][2],
+        "echo api: \"v2\" #1 \"$HOME\" ${FLOWGATE_ARG_DAY:-today} $$\n"
+    );
+    let schema = serde_json::Value::Object(tool.input_schema.clone()).to_string();
+    assert!(schema.contains(r##""$ref":"#/$defs/day""##), "{schema}");
+    assert!(schema.contains(r#""pattern":"^[0-9]+$""#), "{schema}");
+}
+
+#[test]
+fn an_unset_reference_in_a_quoted_or_block_scalar_is_located() {
+    let text = "tools:\n  - name: a\n    target:\n      engine: local\n      env: {A: \"x${FLOWGATE_TEST_UNSET_Q}\"}\n      command:\n        - |\n          run ${FLOWGATE_TEST_UNSET_BLOCK}\n";
+    let errors = parse_with_env(text, Path::new("t.yaml"), |_| None).expect_err("unset");
+    let at: Vec<(u64, u64)> = errors.iter().map(|e| (e.line, e.column)).collect();
+    assert_eq!(at, [(5, 18), (8, 15)], "{errors:?}");
+}
