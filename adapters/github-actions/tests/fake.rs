@@ -288,6 +288,7 @@ async fn a_run_started_by_one_instance_is_answered_by_another_and_a_lost_answer_
         arguments: json!({"name": "Ed", "seconds": 0}),
         principal_digest: "alice".into(),
         idempotency_key: IdempotencyKey::new(),
+        ttl_ms: None,
     };
     // Three more runs, so the workflow's run list spans pages of two.
     for name in ["a", "b", "c"] {

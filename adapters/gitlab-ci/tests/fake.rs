@@ -42,6 +42,7 @@ async fn start(e: &GitLabEngine, args: Value) -> ExecutionRef {
         arguments: args,
         principal_digest: "p".into(),
         idempotency_key: IdempotencyKey::new(),
+        ttl_ms: None,
     };
     e.start(request).await.expect("start").execution
 }

@@ -49,6 +49,7 @@ async fn running_executions_show_their_step_and_carry_flowgate_labels() {
         arguments: json!({"name": "x", "seconds": 30}),
         principal_digest: "abc123".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
+        ttl_ms: None,
     };
     let x = e.start(request).await.expect("start").execution;
     let mut message = None;
@@ -92,6 +93,7 @@ async fn a_failed_execution_carries_the_error_payload_and_context() {
         arguments: json!({"day": "2026-11-30"}),
         principal_digest: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
+        ttl_ms: None,
     };
     let x = e.start(request).await.expect("start").execution;
     for _ in 0..50 {
@@ -119,6 +121,7 @@ async fn an_unreachable_endpoint_is_unavailable_and_names_the_workflow() {
         arguments: json!({}),
         principal_digest: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
+        ttl_ms: None,
     };
     let err = e.start(request).await.expect_err("down");
     assert!(err.is_retryable(), "{err:?}");
@@ -136,6 +139,7 @@ async fn names_with_the_project_number_are_accepted_and_unavailable_is_not_an_en
         arguments: json!({"name": "n", "seconds": 30}),
         principal_digest: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
+        ttl_ms: None,
     };
     let x = e.start(request).await.expect("start").execution;
     let project = x.0.split('/').nth(1).unwrap_or_default().to_owned();
@@ -183,6 +187,7 @@ async fn list_honours_the_limit_and_the_tool_label_filter() {
             arguments: json!({"name": "n", "seconds": 30}),
             principal_digest: principal.clone(),
             idempotency_key: flowgate_core::IdempotencyKey::new(),
+            ttl_ms: None,
         };
         started.push(e.start(request).await.expect("start").execution);
     }

@@ -65,12 +65,30 @@ impl LocalEngine {
         let well_formed =
             (8..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
         let run = RunDir(self.runs_dir().join(id));
-        if well_formed && run.exists() {
-            Ok(run)
-        } else {
-            Err(not_found(id))
+        if !well_formed || !run.exists() {
+            return Err(not_found(id));
         }
+        // A finished run past its ttl is gone, whether or not the sweep has come by yet.
+        if run
+            .meta()
+            .is_ok_and(|meta| expired(&run, &meta, Utc::now()))
+        {
+            let _ = std::fs::remove_dir_all(&run.0);
+            return Err(not_found(id));
+        }
+        Ok(run)
     }
+}
+
+/// Whether a run may be removed: its ttl has run out and it has finished (exited, or its
+/// recorded process group is gone). A run still going is kept past its ttl until it ends, so
+/// a command never loses its folder under it.
+pub(crate) fn expired(run: &RunDir, meta: &Meta, now: DateTime<Utc>) -> bool {
+    if meta.expires_at.is_none_or(|at| at > now) {
+        return false;
+    }
+    run.exit_code().is_some()
+        || (run.process().is_some() && !group_is_ours(run, meta).is_some_and(group_alive))
 }
 
 fn not_found(what: &str) -> EngineError {
@@ -242,6 +260,11 @@ impl Engine for LocalEngine {
             created_at,
             principal_digest: request.principal_digest.clone(),
             boot_id: boot_id(),
+            expires_at: request
+                .ttl_ms
+                .and_then(|ms| i64::try_from(ms).ok())
+                .and_then(chrono::TimeDelta::try_milliseconds)
+                .and_then(|ttl| created_at.checked_add_signed(ttl)),
         };
         let args = serde_json::to_vec(&request.arguments).unwrap_or_default();
         write_private(&run.path("input.json"), &args)

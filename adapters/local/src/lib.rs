@@ -26,11 +26,13 @@ mod engine;
 mod reaper;
 mod run_dir;
 mod state_dir;
+mod sweep;
 
 pub use config::{BASE_ENV, LocalConfig, LocalTarget};
 pub use engine::LocalEngine;
 pub use reaper::reap_orphans_when_init;
 pub use state_dir::prepare_state_dir;
+pub use sweep::{spawn_expiry_sweeper, sweep_expired_runs};
 
 /// The engine kind manifests name: `engine: local`.
 pub const KIND: &str = "local";

@@ -23,6 +23,10 @@ pub(crate) struct Meta {
     pub(crate) principal_digest: String,
     /// The kernel boot the process group id belongs to; after a reboot it means nothing.
     pub(crate) boot_id: String,
+    /// When the task's advertised `ttlMs` runs out; a finished run is removed after it.
+    /// Absent for no limit (and in runs recorded before flowgate kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// `questions/<n>/question.json`, written by `flowgate ask`.

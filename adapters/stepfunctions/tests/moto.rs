@@ -26,6 +26,7 @@ fn request(arguments: Value) -> StartRequest {
         arguments,
         principal_digest: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
+        ttl_ms: None,
     }
 }
 

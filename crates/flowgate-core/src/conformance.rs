@@ -224,6 +224,7 @@ pub async fn retried_start_is_exactly_once(fx: &Fixture) {
         arguments: fx.slow.arguments.clone(),
         principal_digest: principal.clone(),
         idempotency_key: IdempotencyKey::new(),
+        ttl_ms: None,
     };
     let engine = &fx.slow.engine;
     if let Some(lose) = &fx.lose_next_start_answer {

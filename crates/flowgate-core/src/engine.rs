@@ -75,6 +75,10 @@ pub struct StartRequest {
     /// The call's key: every attempt to start this call carries the same one, and an engine
     /// must reach the same execution for it (never start a second).
     pub idempotency_key: IdempotencyKey,
+    /// How long the server told the client it keeps this task (`ttlMs`, counted from
+    /// creation), `None` for no limit. Engines with their own retention ignore it; the local
+    /// engine, whose runs nothing else would ever remove, deletes a finished run after it.
+    pub ttl_ms: Option<u64>,
 }
 
 impl StartRequest {
@@ -89,7 +93,15 @@ impl StartRequest {
             arguments,
             principal_digest: principal_digest.into(),
             idempotency_key: IdempotencyKey::new(),
+            ttl_ms: None,
         }
+    }
+
+    /// The request with the task's advertised `ttlMs` (`None`: no limit).
+    #[must_use]
+    pub fn with_ttl_ms(mut self, ttl_ms: Option<u64>) -> Self {
+        self.ttl_ms = ttl_ms;
+        self
     }
 }
 

@@ -76,7 +76,8 @@ impl FlowgateServer {
             entry.spec.name.clone(),
             arguments,
             principal::digest(&principal),
-        );
+        )
+        .with_ttl_ms(entry.presentation.ttl_ms);
         if entry.engine.capabilities().synchronous_only {
             // Not retried: a synchronous run may have happened even when its answer was lost.
             return match entry.engine.run_sync(start).await {

@@ -53,6 +53,10 @@ fn allowed_origins(entries: &[String]) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// How often finished local runs past their ttl are removed (also once at start).
+#[cfg(feature = "local")]
+const EXPIRY_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
 async fn serve(args: ServeArgs) -> ExitCode {
     let state_dir = setup::state_dir(args.state_dir.clone());
     let registry = setup::registry(state_dir.as_deref().unwrap_or(Path::new("")));
@@ -66,6 +70,14 @@ async fn serve(args: ServeArgs) -> ExitCode {
     }
     #[cfg(feature = "local")]
     flowgate_local::reap_orphans_when_init();
+    #[cfg(feature = "local")]
+    if let Some(dir) = &state_dir
+        && tools
+            .iter()
+            .any(|t| t.spec.target.engine == flowgate_local::KIND)
+    {
+        flowgate_local::spawn_expiry_sweeper(dir.clone(), EXPIRY_SWEEP_EVERY);
+    }
     let state_dir = state_dir.unwrap_or_default();
     let allowed_origins = match allowed_origins(&args.allowed_origins) {
         Ok(origins) => origins,

@@ -37,6 +37,7 @@ async fn start(e: &LocalEngine, arguments: Value) -> ExecutionRef {
         arguments,
         principal_digest: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
+        ttl_ms: None,
     };
     e.start(request).await.expect("start").execution
 }
@@ -378,4 +379,50 @@ async fn cancel_never_signals_a_group_that_is_not_the_runs() {
     let _ = victim.kill();
     let _ = victim.wait();
     let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+}
+
+#[tokio::test]
+async fn finished_runs_past_their_ttl_are_removed_and_running_ones_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let quick = engine(dir.path(), "echo done");
+    let slow = engine(dir.path(), "sleep 30");
+    let with_ttl = |ms| StartRequest::new("t", json!({}), "p").with_ttl_ms(Some(ms));
+
+    // Finished and past its ttl: the handle is unknown, and the folder is gone.
+    // (ttls of a second, so a loaded machine still sees the runs finish before they expire)
+    let x = quick.start(with_ttl(1_000)).await.expect("start").execution;
+    assert_eq!(wait_terminal(&quick, &x).await.state, TaskState::Completed);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let gone = quick.get(&x).await.expect_err("past its ttl");
+    assert!(matches!(gone, EngineError::NotFound { .. }), "{gone:?}");
+    assert!(!dir.path().join("runs").join(&x.0).exists());
+
+    // Still running past its ttl: kept until it ends.
+    let running = slow.start(with_ttl(1)).await.expect("start").execution;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        slow.get(&running).await.expect("kept").state,
+        TaskState::Working
+    );
+
+    // The sweep removes finished expired runs only: not the running one, not one without a
+    // ttl, not one whose ttl has not run out.
+    let unlimited = start(&quick, json!({})).await;
+    let fresh = quick
+        .start(with_ttl(3_600_000))
+        .await
+        .expect("start")
+        .execution;
+    let expiring = quick.start(with_ttl(1_000)).await.expect("start").execution;
+    for x in [&unlimited, &fresh, &expiring] {
+        wait_terminal(&quick, x).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(crate::sweep_expired_runs(dir.path()), 1);
+    let runs = dir.path().join("runs");
+    assert!(!runs.join(&expiring.0).exists());
+    for kept in [&unlimited, &fresh, &running] {
+        assert!(runs.join(&kept.0).exists(), "{kept:?} kept");
+    }
+    slow.cancel(&running).await.expect("cancel");
 }

@@ -286,3 +286,59 @@ async fn logs_to_a_file_have_no_colour_codes() {
         "colour codes in a log file: {text}"
     );
 }
+
+/// A finished run is removed once the task's advertised `ttlMs` runs out, and its handle then
+/// answers exactly like an unknown one.
+#[tokio::test]
+async fn a_task_past_its_ttl_answers_like_an_unknown_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("tools.yaml");
+    std::fs::write(
+        &manifest,
+        "tools:\n  - name: brief\n    task: required\n    ttl_ms: 3000\n    target: {engine: local, command: [echo, hi]}\n",
+    )
+    .expect("manifest");
+    let state = dir.path().join("state");
+    let port = free_port();
+    let mut child = Command::new(bin())
+        .args(["serve", "--manifest"])
+        .arg(&manifest)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("FLOWGATE_STATE_DIR", &state)
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn flowgate serve");
+    wait_for_port(port);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let client = http_client(&url, true).await;
+    let id = start_task(&client, "brief", json!({})).await;
+    let task = poll_until(&client, &id, &[TaskStatus::Completed], &mut vec![]).await;
+    assert_eq!(task["ttlMs"], 3000, "{task}");
+    assert_eq!(
+        std::fs::read_dir(state.join("runs")).expect("runs").count(),
+        1
+    );
+
+    tokio::time::sleep(std::time::Duration::from_millis(3_200)).await;
+    for method in ["tasks/get", "tasks/cancel"] {
+        let (status, body) = raw(&url, method, Some(&id), json!({"taskId": id})).await;
+        assert_eq!(
+            body["error"]["code"], -32602,
+            "{method}: HTTP {status} {body}"
+        );
+        assert_eq!(
+            body["error"]["message"], "Failed to retrieve task: Task not found",
+            "{method}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(state.join("runs")).expect("runs").count(),
+        0,
+        "the run folder is removed"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
