@@ -10,7 +10,7 @@ const RESOURCE: &str = "https://flowgate.test/mcp";
 const METADATA: &str = "https://flowgate.test/.well-known/oauth-protected-resource/mcp";
 
 /// A 2026-07-28 JSON-RPC POST with an optional bearer token: status, `WWW-Authenticate`, body.
-async fn post(
+pub(crate) async fn post(
     url: &str,
     token: Option<&str>,
     method: &str,
