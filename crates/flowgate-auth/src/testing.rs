@@ -285,6 +285,32 @@ impl FakeIssuer {
         self.key(Algorithm::ES256).sign(claims)
     }
 
+    /// An attacker's token: `claims` signed HS256 with the issuer's public ES256 key material
+    /// as the shared secret (the algorithm-confusion attack), under that key's `kid`.
+    ///
+    /// # Panics
+    /// When the issuer has no ES256 key.
+    pub fn forge_hmac(&self, claims: &Value) -> String {
+        let key = self.key(Algorithm::ES256);
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some(key.kid.clone());
+        encode(
+            &header,
+            claims,
+            &EncodingKey::from_secret(&key.public_bytes),
+        )
+        .expect("sign")
+    }
+
+    /// An attacker's token: `claims` unsigned, `alg: none`.
+    pub fn forge_unsigned(claims: &Value) -> String {
+        format!(
+            "{}.{}.",
+            B64.encode(br#"{"alg":"none","typ":"at+jwt"}"#),
+            B64.encode(claims.to_string())
+        )
+    }
+
     fn key(&self, alg: Algorithm) -> &SigningKey {
         self.keys
             .iter()

@@ -107,8 +107,21 @@ async fn without_a_valid_token_mcp_answers_401_with_the_metadata_challenge() {
     let expired = issuer.sign(&json!({
         "iss": issuer.issuer, "sub": "alice", "aud": RESOURCE, "iat": now - 900, "exp": now - 600,
     }));
+    let early = issuer.sign(&json!({
+        "iss": issuer.issuer, "sub": "alice", "aud": RESOURCE, "iat": now, "nbf": now + 600,
+        "exp": now + 900,
+    }));
+    let good_claims = json!({
+        "iss": issuer.issuer, "sub": "alice", "aud": RESOURCE, "iat": now, "exp": now + 300,
+    });
+    let mut wrong_issuer = good_claims.clone();
+    wrong_issuer["iss"] = json!("https://evil.example");
     let bad_tokens = [
         ("garbage", "not-a-jwt".to_owned()),
+        ("not yet valid", early),
+        ("another issuer", issuer.sign(&wrong_issuer)),
+        ("alg none", FakeIssuer::forge_unsigned(&good_claims)),
+        ("HMAC with the public key", issuer.forge_hmac(&good_claims)),
         (
             "another resource",
             issuer.token("alice", "https://elsewhere.test/mcp", ""),
