@@ -15,7 +15,7 @@
 //! | `argumentsSha256` | SHA-256 (hex) of the canonical JSON of the call's arguments (`started`, `refused`) or of the delivered answers (`answered`): sorted keys, no whitespace |
 //! | `answers` | how many answers were delivered (`answered`) |
 //! | `status` | the terminal state seen (`finished`: completed, failed, cancelled) |
-//! | `reason` | why a request was refused: `unauthenticated`, `invalid_token`, `not_allowed`, `keys_unavailable`, `insufficient_scope`, `unknown_tool`, `tasks_required`, `invalid_arguments`, `task_not_found` |
+//! | `reason` | why flowgate stopped an execution itself (`cancelled`: `hung_up`, `sync_wait`), or why a request was refused: `unauthenticated`, `invalid_token`, `not_allowed`, `keys_unavailable`, `insufficient_scope`, `unknown_tool`, `tasks_required`, `invalid_arguments`, `task_not_found` |
 //!
 //! Never in it: argument or answer values, tokens, or any other credential. `finished` is
 //! logged the first time this instance sees the execution terminal (a bounded, process-local
@@ -210,6 +210,39 @@ pub(crate) fn cancelled(ctx: &RequestContext<RoleServer>, tool: &str, execution:
         tool: Some(tool),
         execution: Some(execution),
         request_id: Some(&id),
+        ..Line::default()
+    });
+}
+
+/// Who made a request, kept past the request (for an execution flowgate stops later on the
+/// caller's behalf).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    caller: Option<Authenticated>,
+    request_id: String,
+}
+
+impl Origin {
+    /// The caller and request id of `ctx`.
+    pub(crate) fn of(ctx: &RequestContext<RoleServer>) -> Self {
+        Origin {
+            caller: crate::principal::caller(ctx).cloned(),
+            request_id: request_id(ctx),
+        }
+    }
+}
+
+/// flowgate itself stopped an execution of a synchronous call: `reason` is `hung_up` (the
+/// caller went away) or `sync_wait` (no result within the synchronous wait, or a question only
+/// a task could answer).
+pub(crate) fn stopped(origin: &Origin, tool: &str, execution: &str, reason: &str) {
+    emit(&Line {
+        event: "cancelled",
+        caller: origin.caller.as_ref(),
+        tool: Some(tool),
+        execution: Some(execution),
+        request_id: Some(&origin.request_id),
+        reason: Some(reason),
         ..Line::default()
     });
 }

@@ -122,7 +122,8 @@ impl FlowgateServer {
             ));
         }
         let wait = self.wait_for_result(entry, &started, &ctx);
-        hang_up::unless_hung_up(entry, &started.execution, &ctx.ct, wait)
+        let origin = audit::Origin::of(&ctx);
+        hang_up::unless_hung_up(entry, &started.execution, &ctx.ct, origin, wait)
             .await
             .map(CallToolResponse::Complete)
     }
@@ -186,7 +187,10 @@ impl FlowgateServer {
                 _ => None,
             };
             if let Some(reason) = give_up {
-                let _ = entry.engine.cancel(&started.execution).await;
+                if entry.engine.cancel(&started.execution).await.is_ok() {
+                    let origin = audit::Origin::of(ctx);
+                    audit::stopped(&origin, name, &started.execution.0, "sync_wait");
+                }
                 let waited = self.inner.options.sync_wait.as_secs();
                 return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                     "{name}: {reason} ({waited} s), so it was stopped. Call it from a client that \

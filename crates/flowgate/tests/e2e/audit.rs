@@ -28,6 +28,36 @@ fn sha256(text: &str) -> String {
         .to_owned()
 }
 
+/// A `tools/call` from a client that did not declare the tasks extension: (status, body).
+async fn untasked(url: &str, token: &str, tool: &str, arguments: Value) -> (u16, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": tool, "arguments": arguments,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "audit-e2e", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        },
+    }});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("http");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
 /// Polls `tasks/get` as `token` until the status is one of `until`.
 async fn poll(url: &str, token: &str, id: &str, until: &[&str]) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -62,7 +92,7 @@ async fn every_task_event_is_one_audit_line_without_values_or_tokens() {
     std::fs::write(
         &manifest,
         format!(
-            "{bundled}\n  - name: guarded\n    scopes: [deploy]\n    target: {{ engine: local, command: [/bin/true] }}\n"
+            "{bundled}\n  - name: guarded\n    scopes: [deploy]\n    target: {{ engine: local, command: [/bin/true] }}\n  - name: ask_now\n    task: optional\n    target: {{ engine: local, command: [/bin/sh, -c, 'flowgate ask --confirm --message Sure?'] }}\n"
         ),
     )
     .expect("manifest");
@@ -168,6 +198,18 @@ async fn every_task_event_is_one_audit_line_without_values_or_tokens() {
     .await;
     assert!(cancelled.get("result").is_some(), "{cancelled}");
     poll(url, &alice, &long_id, &["cancelled"]).await;
+    // 6. A client without the tasks extension: a task-only tool is refused; a tool that asks
+    // a question is stopped by flowgate, since only a task could answer it.
+    let (_, no_tasks) = untasked(
+        url,
+        &alice,
+        "approve_deploy",
+        json!({"service": "web", "version": "1"}),
+    )
+    .await;
+    assert!(no_tasks.get("error").is_some(), "{no_tasks}");
+    let (_, stopped) = untasked(url, &alice, "ask_now", json!({})).await;
+    assert_eq!(stopped["result"]["isError"], true, "{stopped}");
     drop(server);
 
     let text = std::fs::read_to_string(&log).expect("log");
@@ -198,6 +240,9 @@ async fn every_task_event_is_one_audit_line_without_values_or_tokens() {
             ("started", ""),
             ("cancelled", ""),
             ("finished", ""),
+            ("refused", "tasks_required"),
+            ("started", ""),
+            ("cancelled", "sync_wait"),
         ],
         "{text}"
     );
@@ -253,11 +298,13 @@ async fn every_task_event_is_one_audit_line_without_values_or_tokens() {
             assert!(line["tool"].is_string(), "{line}");
         }
     }
+    // One request, one id: the synchronous call's start and stop are one request.
     assert_eq!(
         request_ids.len(),
-        lines.len(),
+        lines.len() - 1,
         "one request, one id: {request_ids:?}"
     );
+    assert_eq!(lines[11]["requestId"], lines[12]["requestId"]);
 
     let started = &lines[3];
     assert_eq!(started["tool"], "approve_deploy");
@@ -286,6 +333,10 @@ async fn every_task_event_is_one_audit_line_without_values_or_tokens() {
     assert_eq!(lines[7]["tool"], "long_job");
     assert_eq!(lines[8]["execution"], lines[7]["execution"]);
     assert_eq!(lines[9]["status"], "cancelled");
+
+    assert_eq!(lines[10]["tool"], "approve_deploy");
+    assert_eq!(lines[11]["tool"], "ask_now");
+    assert_eq!(lines[12]["execution"], lines[11]["execution"]);
 
     // Values and tokens appear nowhere in the log.
     for secret in [
