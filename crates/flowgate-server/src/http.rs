@@ -7,7 +7,10 @@
 //! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), a body that is not a
 //! JSON-RPC message gets a JSON-RPC error (module `malformed`), and a `tasks/*` request without
 //! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`). With
-//! [`HttpOptions::auth`] set, `/mcp` requires an OAuth access token (module `auth`).
+//! [`HttpOptions::auth`] set, `/mcp` requires an OAuth access token (module `auth`); with
+//! [`HttpOptions::identity`], the caller a platform vouches for (module `identity`: the Lambda
+//! request context, a Google ID token, an IAP assertion). Every request carries its id in a
+//! span and in its extensions, for the audit log (`crate::audit`).
 
 mod auth;
 mod identity;
