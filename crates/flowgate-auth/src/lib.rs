@@ -12,6 +12,7 @@
 //! only a fixed reason.
 
 pub mod challenge;
+pub mod google;
 pub mod jwks;
 pub mod principal;
 #[cfg(feature = "testing")]
@@ -21,4 +22,4 @@ pub mod validate;
 pub use challenge::{ProtectedResourceMetadata, www_authenticate};
 pub use jwks::{JwksSource, KeySet};
 pub use principal::Principal;
-pub use validate::{AuthError, Authenticated, TokenValidator, ValidatorConfig};
+pub use validate::{AuthError, Authenticated, SubjectClaim, TokenValidator, ValidatorConfig};

@@ -21,6 +21,23 @@ pub struct ValidatorConfig {
     pub algorithms: Vec<Algorithm>,
     /// Clock skew tolerated on `exp` and `nbf`.
     pub leeway: Duration,
+    /// Other spellings of the same issuer (Google signs ID tokens as both
+    /// `https://accounts.google.com` and `accounts.google.com`). A token from one of them is
+    /// attributed to [`issuer`](Self::issuer), so one caller is always one principal.
+    pub issuer_aliases: Vec<String>,
+    /// Which claim names the caller within the issuer.
+    pub subject: SubjectClaim,
+}
+
+/// The claim that becomes [`Principal::subject`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SubjectClaim {
+    /// `sub` (OAuth access tokens, RFC 9068).
+    #[default]
+    Sub,
+    /// `email` when the token carries one, else `sub`: Google ID tokens and IAP assertions,
+    /// whose email is what IAM policies and people name the caller by.
+    EmailOrSub,
 }
 
 impl ValidatorConfig {
@@ -36,6 +53,8 @@ impl ValidatorConfig {
                 Algorithm::EdDSA,
             ],
             leeway: Duration::from_secs(60),
+            issuer_aliases: Vec::new(),
+            subject: SubjectClaim::Sub,
         }
     }
 }
@@ -102,12 +121,13 @@ impl Authenticated {
 
 #[derive(Deserialize)]
 struct Claims {
-    iss: String,
     sub: String,
     #[serde(default)]
     scope: Option<String>,
     #[serde(default)]
     scp: Option<Vec<String>>,
+    #[serde(default)]
+    email: Option<String>,
 }
 
 /// Validates tokens of one issuer for one resource.
@@ -158,7 +178,9 @@ impl TokenValidator {
         validation.algorithms = vec![header.alg];
         validation.leeway = self.config.leeway.as_secs();
         validation.validate_nbf = true;
-        validation.set_issuer(&[&self.config.issuer]);
+        let mut issuers = vec![self.config.issuer.as_str()];
+        issuers.extend(self.config.issuer_aliases.iter().map(String::as_str));
+        validation.set_issuer(&issuers);
         validation.set_audience(&[&self.config.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         let data = decode::<Claims>(token, &key, &validation).map_err(classify)?;
@@ -171,10 +193,15 @@ impl TokenValidator {
             .map(str::to_owned)
             .collect();
         scopes.extend(claims.scp.unwrap_or_default());
+        let subject = match (self.config.subject, claims.email) {
+            (SubjectClaim::EmailOrSub, Some(email)) if !email.is_empty() => email,
+            _ => claims.sub,
+        };
         Ok(Authenticated {
             principal: Principal {
-                issuer: claims.iss,
-                subject: claims.sub,
+                // `iss` matched the issuer or one of its aliases: name it by the issuer.
+                issuer: self.config.issuer.clone(),
+                subject,
             },
             scopes,
         })

@@ -1,188 +1,13 @@
-//! Token validation against a local stand-in for an OAuth authorization server, with real
-//! RS256 and ES256 signatures, and the attacks a resource server must refuse.
-
-mod fake_issuer {
-    //! A minimal authorization server on 127.0.0.1: RFC 8414 metadata at
-    //! `/.well-known/oauth-authorization-server` naming a `jwks_uri`, and the JWKS itself.
-    //!
-    //! Shortcuts (it is a key publisher, not a full OAuth server): no token endpoint — tests
-    //! sign tokens with the private keys directly; no `Cache-Control` on the JWKS; the key set
-    //! can be replaced at runtime to stand for rotation, and counts how often it is fetched so
-    //! the refresh bound can be checked.
-
-    use std::net::SocketAddr;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    use axum::Router;
-    use axum::extract::State;
-    use axum::routing::get;
-    use serde_json::{Value, json};
-
-    #[derive(Default)]
-    pub(crate) struct Shared {
-        pub(crate) jwks: Mutex<Value>,
-        pub(crate) fetches: AtomicUsize,
-    }
-
-    pub(crate) struct FakeIssuer {
-        pub(crate) issuer: String,
-        pub(crate) shared: Arc<Shared>,
-        task: tokio::task::JoinHandle<()>,
-    }
-
-    impl FakeIssuer {
-        pub(crate) async fn start(keys: Vec<Value>) -> Self {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind 127.0.0.1");
-            let addr: SocketAddr = listener.local_addr().expect("local addr");
-            let issuer = format!("http://{addr}");
-            let shared = Arc::new(Shared::default());
-            *shared.jwks.lock().expect("lock") = json!({ "keys": keys });
-            let meta = json!({
-                "issuer": issuer,
-                "jwks_uri": format!("{issuer}/jwks"),
-                "token_endpoint": format!("{issuer}/token"),
-                "grant_types_supported": ["client_credentials"],
-            });
-            let app = Router::new()
-                .route(
-                    "/.well-known/oauth-authorization-server",
-                    get(move || {
-                        let meta = meta.clone();
-                        async move { axum::Json(meta) }
-                    }),
-                )
-                .route(
-                    "/jwks",
-                    get(|State(s): State<Arc<Shared>>| async move {
-                        s.fetches.fetch_add(1, Ordering::SeqCst);
-                        let body = s.jwks.lock().expect("lock").clone();
-                        axum::Json(body)
-                    }),
-                )
-                .with_state(shared.clone());
-            let task = tokio::spawn(async move {
-                axum::serve(listener, app).await.expect("serve");
-            });
-            FakeIssuer {
-                issuer,
-                shared,
-                task,
-            }
-        }
-
-        pub(crate) fn set_keys(&self, keys: Vec<Value>) {
-            *self.shared.jwks.lock().expect("lock") = json!({ "keys": keys });
-        }
-
-        pub(crate) fn fetches(&self) -> usize {
-            self.shared.fetches.load(Ordering::SeqCst)
-        }
-    }
-
-    impl Drop for FakeIssuer {
-        fn drop(&mut self) {
-            self.task.abort();
-        }
-    }
-}
-
-mod keys {
-    //! Freshly generated signing keys and their public JWKs.
-
-    use aws_lc_rs::rand::SystemRandom;
-    use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
-    use base64::Engine;
-    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-    use jsonwebtoken::EncodingKey;
-    use serde_json::{Value, json};
-
-    pub(crate) struct Key {
-        pub(crate) kid: String,
-        pub(crate) encoding: EncodingKey,
-        pub(crate) jwk: Value,
-        /// The public key material, as an attacker would have it (for HMAC confusion).
-        pub(crate) public_bytes: Vec<u8>,
-    }
-
-    pub(crate) fn es256(kid: &str) -> Key {
-        let pkcs8 =
-            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
-                .expect("generate P-256 key");
-        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref())
-            .expect("parse P-256 key");
-        let point = pair.public_key().as_ref().to_vec();
-        assert_eq!(point.len(), 65, "uncompressed point");
-        Key {
-            kid: kid.to_owned(),
-            encoding: EncodingKey::from_ec_der(pkcs8.as_ref()),
-            jwk: json!({
-                "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256", "kid": kid,
-                "x": B64.encode(&point[1..33]), "y": B64.encode(&point[33..]),
-            }),
-            public_bytes: point,
-        }
-    }
-
-    /// RSA-2048 from the `openssl` CLI (aws-lc-rs generates RSA keys only as PKCS#8, while
-    /// the signer wants PKCS#1).
-    pub(crate) fn rs256(kid: &str) -> Key {
-        let dir = std::env::temp_dir().join(format!("flowgate-auth-{}-{kid}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let pem = dir.join("key.pem");
-        let der = dir.join("key.der");
-        let run = |args: &[&str]| {
-            let out = std::process::Command::new("openssl")
-                .args(args)
-                .output()
-                .expect("these tests need the `openssl` CLI on PATH (apt-get install openssl)");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        let pem_s = pem.to_str().expect("utf8 path");
-        let der_s = der.to_str().expect("utf8 path");
-        run(&["genrsa", "-traditional", "-out", pem_s, "2048"]);
-        run(&[
-            "rsa",
-            "-in",
-            pem_s,
-            "-traditional",
-            "-outform",
-            "DER",
-            "-out",
-            der_s,
-        ]);
-        let modulus = run(&["rsa", "-in", pem_s, "-noout", "-modulus"]);
-        let hex = modulus.trim().trim_start_matches("Modulus=");
-        let n: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-            .collect();
-        let der_bytes = std::fs::read(&der).expect("read der");
-        let _ = std::fs::remove_dir_all(&dir);
-        Key {
-            kid: kid.to_owned(),
-            encoding: EncodingKey::from_rsa_der(&der_bytes),
-            jwk: json!({
-                "kty": "RSA", "use": "sig", "alg": "RS256", "kid": kid,
-                "n": B64.encode(&n), "e": "AQAB",
-            }),
-            public_bytes: n,
-        }
-    }
-}
+//! Token validation against a local stand-in for an OAuth authorization server
+//! (`flowgate_auth::testing`), with real RS256 and ES256 signatures, and the attacks a resource
+//! server must refuse.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use flowgate_auth::challenge::Refusal;
+use flowgate_auth::testing::{FakeIssuer, SigningKey};
 use flowgate_auth::{
     AuthError, JwksSource, KeySet, ProtectedResourceMetadata, TokenValidator, ValidatorConfig,
     www_authenticate,
@@ -206,10 +31,9 @@ fn claims(issuer: &str, sub: &str) -> Value {
     })
 }
 
-fn sign(alg: Algorithm, key: &keys::Key, claims: &Value) -> String {
-    let mut header = Header::new(alg);
-    header.kid = Some(key.kid.clone());
-    encode(&header, claims, &key.encoding).expect("sign")
+fn sign(alg: Algorithm, key: &SigningKey, claims: &Value) -> String {
+    assert_eq!(alg, key.alg, "a test signs with the key's own algorithm");
+    key.sign(claims)
 }
 
 fn validator(issuer: &str, min_refresh: Duration) -> TokenValidator {
@@ -226,9 +50,9 @@ fn validator(issuer: &str, min_refresh: Duration) -> TokenValidator {
 
 #[tokio::test]
 async fn valid_tokens_and_every_attack() {
-    let rsa = keys::rs256("rsa-1");
-    let ec = keys::es256("ec-1");
-    let fake = fake_issuer::FakeIssuer::start(vec![rsa.jwk.clone(), ec.jwk.clone()]).await;
+    let rsa = SigningKey::rs256("rsa-1");
+    let ec = SigningKey::es256("ec-1");
+    let fake = FakeIssuer::publishing(vec![rsa.jwk.clone(), ec.jwk.clone()]).await;
     let iss = fake.issuer.clone();
     let v = validator(&iss, Duration::from_secs(30));
 
@@ -306,7 +130,7 @@ async fn valid_tokens_and_every_attack() {
     // RS256 header on the EC key's kid: the JWK's own `alg` disagrees.
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some(ec.kid.clone());
-    let t = encode(&header, &claims(&iss, "client-a"), &rsa.encoding).expect("sign");
+    let t = rsa.sign_with(header, &claims(&iss, "client-a"));
     assert_eq!(refused(v.validate(&t).await), AuthError::Algorithm);
 
     // Claims.
@@ -362,7 +186,7 @@ async fn valid_tokens_and_every_attack() {
         parts[2]
     );
     assert_eq!(refused(v.validate(&forged).await), AuthError::Signature);
-    let stranger = keys::es256(&ec.kid);
+    let stranger = SigningKey::es256(&ec.kid);
     let t = sign(Algorithm::ES256, &stranger, &claims(&iss, "client-a"));
     assert_eq!(refused(v.validate(&t).await), AuthError::Signature);
     assert_eq!(refused(v.validate("not a jwt").await), AuthError::Algorithm);
@@ -374,8 +198,8 @@ async fn valid_tokens_and_every_attack() {
 
 #[tokio::test]
 async fn rotation_refreshes_on_unknown_kid_but_boundedly() {
-    let old = keys::es256("2026-old");
-    let fake = fake_issuer::FakeIssuer::start(vec![old.jwk.clone()]).await;
+    let old = SigningKey::es256("2026-old");
+    let fake = FakeIssuer::publishing(vec![old.jwk.clone()]).await;
     let iss = fake.issuer.clone();
 
     // A validator that may refresh at once picks up a rotated key.
@@ -384,7 +208,7 @@ async fn rotation_refreshes_on_unknown_kid_but_boundedly() {
         .validate(&sign(Algorithm::ES256, &old, &claims(&iss, "a")))
         .await
         .expect("old key");
-    let new = keys::es256("2026-new");
+    let new = SigningKey::es256("2026-new");
     fake.set_keys(vec![old.jwk.clone(), new.jwk.clone()]);
     eager
         .validate(&sign(Algorithm::ES256, &new, &claims(&iss, "a")))
@@ -400,7 +224,7 @@ async fn rotation_refreshes_on_unknown_kid_but_boundedly() {
         .expect("new key");
     let before = fake.fetches();
     for i in 0..20 {
-        let ghost = keys::es256(&format!("ghost-{i}"));
+        let ghost = SigningKey::es256(&format!("ghost-{i}"));
         let r = bounded
             .validate(&sign(Algorithm::ES256, &ghost, &claims(&iss, "a")))
             .await;
@@ -460,4 +284,81 @@ fn challenges_and_resource_metadata() {
     assert_eq!(doc["authorization_servers"][0], "https://auth.example");
     assert_eq!(doc["scopes_supported"][0], "deploy");
     assert_eq!(doc["bearer_methods_supported"][0], "header");
+}
+
+/// Google ID tokens: either spelling of Google's issuer is one issuer; the email names the
+/// caller; RS256 only.
+#[tokio::test]
+async fn google_id_tokens_and_iap_assertions() {
+    use flowgate_auth::google;
+    let rsa = SigningKey::rs256("g-rsa");
+    let ec = SigningKey::es256("g-ec");
+    let fake = FakeIssuer::publishing(vec![rsa.jwk.clone(), ec.jwk.clone()]).await;
+    let keys = || {
+        KeySet::new(
+            JwksSource::Url(fake.jwks_url()),
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+        )
+        .expect("keys")
+    };
+    let service = "https://svc-abc.a.run.app";
+    let v = TokenValidator::new(google::id_token_config(service), keys());
+    let token = |key: &SigningKey, iss: &str, aud: &str, email: Option<&str>| {
+        let mut c =
+            json!({"iss": iss, "aud": aud, "sub": "1122334455", "iat": now(), "exp": now() + 300});
+        if let Some(e) = email {
+            c["email"] = json!(e);
+        }
+        key.sign(&c)
+    };
+    for iss in [google::ID_TOKEN_ISSUER, google::ID_TOKEN_ISSUER_ALIAS] {
+        let who = v
+            .validate(&token(
+                &rsa,
+                iss,
+                service,
+                Some("ci@p.iam.gserviceaccount.com"),
+            ))
+            .await
+            .expect(iss);
+        assert_eq!(who.principal.issuer, google::ID_TOKEN_ISSUER);
+        assert_eq!(who.principal.subject, "ci@p.iam.gserviceaccount.com");
+    }
+    let no_email = v
+        .validate(&token(&rsa, google::ID_TOKEN_ISSUER, service, None))
+        .await
+        .expect("sub only");
+    assert_eq!(no_email.principal.subject, "1122334455");
+    let es = token(&ec, google::ID_TOKEN_ISSUER, service, Some("a@b.c"));
+    assert_eq!(
+        v.validate(&es).await.expect_err("ES256"),
+        AuthError::Algorithm
+    );
+    let other = token(
+        &rsa,
+        google::ID_TOKEN_ISSUER,
+        "https://other.a.run.app",
+        None,
+    );
+    assert_eq!(
+        v.validate(&other).await.expect_err("aud"),
+        AuthError::Audience
+    );
+
+    let aud = "/projects/1/global/backendServices/2";
+    let iap = TokenValidator::new(google::iap_config(aud), keys());
+    let who = iap
+        .validate(&token(
+            &ec,
+            google::IAP_ISSUER,
+            aud,
+            Some("person@example.com"),
+        ))
+        .await
+        .expect("IAP");
+    assert_eq!(who.principal.issuer, google::IAP_ISSUER);
+    assert_eq!(who.principal.subject, "person@example.com");
+    let id_token_as_iap = token(&rsa, google::ID_TOKEN_ISSUER, aud, Some("a@b.c"));
+    assert!(iap.validate(&id_token_as_iap).await.is_err());
 }

@@ -18,7 +18,7 @@ use crate::errors::tool_error;
 use crate::hang_up;
 use crate::mrtr::Gathered;
 use crate::retry::retrying;
-use crate::{FlowgateServer, ToolEntry, principal};
+use crate::{FlowgateServer, ToolEntry, audit, principal};
 
 /// The longest a synchronous wait sleeps between polls, whatever the tool's poll interval.
 const SYNC_POLL_CAP: Duration = Duration::from_millis(250);
@@ -37,6 +37,11 @@ impl FlowgateServer {
             .get(&request.name)
             .filter(|e| crate::http::allowed(crate::principal::caller(&ctx), &e.spec.scopes))
         else {
+            let reason = match self.inner.tools.get(&request.name) {
+                Some(_) => "insufficient_scope",
+                None => "unknown_tool",
+            };
+            audit::refused(&ctx, reason, Some(&request.name), None);
             return Err(ErrorData::invalid_params(
                 format!("unknown tool: {}", request.name),
                 None,
@@ -44,6 +49,7 @@ impl FlowgateServer {
         };
         let as_task = crate::client::takes_tasks(&ctx);
         if entry.spec.task == TaskSupport::Required && !as_task {
+            audit::refused(&ctx, "tasks_required", Some(&entry.spec.name), None);
             return Err(ErrorData::missing_required_client_capability(
                 ClientCapabilities::builder().enable_tasks().build(),
             ));
@@ -60,6 +66,12 @@ impl FlowgateServer {
             Gathered::Refused(result) => return Ok(CallToolResponse::Complete(result)),
         };
         if let Err(problems) = entry.spec.validate_arguments(&arguments) {
+            audit::refused(
+                &ctx,
+                "invalid_arguments",
+                Some(&entry.spec.name),
+                Some(&arguments),
+            );
             let text = format!(
                 "{}: invalid arguments:\n- {}",
                 entry.spec.name,
@@ -70,6 +82,7 @@ impl FlowgateServer {
             ])));
         }
         let principal = principal::of(&ctx);
+        let arguments_digest = arguments.clone();
         // One key for the call, made before the first attempt: every retry below carries it,
         // so the engine starts at most one execution however the attempts end.
         let start = StartRequest::new(
@@ -81,7 +94,12 @@ impl FlowgateServer {
         if entry.engine.capabilities().synchronous_only {
             // Not retried: a synchronous run may have happened even when its answer was lost.
             return match entry.engine.run_sync(start).await {
-                Ok(record) => finished(entry, &record).map(CallToolResponse::Complete),
+                Ok(record) => {
+                    // A synchronous run has no execution reference to report.
+                    audit::started(&ctx, &entry.spec.name, None, &arguments_digest);
+                    audit::finished(&ctx, &entry.spec.name, None, record.state.as_str());
+                    finished(entry, &record).map(CallToolResponse::Complete)
+                }
                 Err(e) => Ok(CallToolResponse::Complete(tool_error(&entry.spec.name, &e))),
             };
         }
@@ -93,13 +111,20 @@ impl FlowgateServer {
             }
         };
         tracing::info!(tool = %entry.spec.name, execution = %started.execution, as_task, "started");
+        audit::started(
+            &ctx,
+            &entry.spec.name,
+            Some(started.execution.0.as_str()),
+            &arguments_digest,
+        );
         if as_task && entry.spec.task != TaskSupport::Forbidden {
             return Ok(CallToolResponse::Task(
                 self.created(entry, &started, &principal),
             ));
         }
-        let wait = self.wait_for_result(entry, &started);
-        hang_up::unless_hung_up(entry, &started.execution, &ctx.ct, wait)
+        let wait = self.wait_for_result(entry, &started, &ctx);
+        let origin = audit::Origin::of(&ctx);
+        hang_up::unless_hung_up(entry, &started.execution, &ctx.ct, origin, wait)
             .await
             .map(CallToolResponse::Complete)
     }
@@ -130,6 +155,7 @@ impl FlowgateServer {
         &self,
         entry: &ToolEntry,
         started: &Started,
+        ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let how = entry.presentation.clone();
         let deadline = tokio::time::Instant::now() + self.inner.options.sync_wait;
@@ -148,6 +174,8 @@ impl FlowgateServer {
                 Err(e) => return Ok(tool_error(name, &e)),
             };
             if record.state.is_terminal() {
+                let execution = Some(started.execution.0.as_str());
+                audit::finished(ctx, name, execution, record.state.as_str());
                 return finished(entry, &record);
             }
             let give_up = match wire::outcome(&record, &how) {
@@ -160,7 +188,10 @@ impl FlowgateServer {
                 _ => None,
             };
             if let Some(reason) = give_up {
-                let _ = entry.engine.cancel(&started.execution).await;
+                if entry.engine.cancel(&started.execution).await.is_ok() {
+                    let origin = audit::Origin::of(ctx);
+                    audit::stopped(&origin, name, &started.execution.0, "sync_wait");
+                }
                 let waited = self.inner.options.sync_wait.as_secs();
                 return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                     "{name}: {reason} ({waited} s), so it was stopped. Call it from a client that \

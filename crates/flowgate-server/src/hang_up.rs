@@ -15,6 +15,7 @@ use rmcp::model::CallToolResult;
 use tokio_util::sync::CancellationToken;
 
 use crate::ToolEntry;
+use crate::audit::Origin;
 use crate::retry::retrying;
 
 /// Runs `wait` until it answers, or stops the execution if the caller is `gone` first.
@@ -25,6 +26,7 @@ pub(crate) async fn unless_hung_up<F>(
     entry: &ToolEntry,
     execution: &ExecutionRef,
     gone: &CancellationToken,
+    origin: Origin,
     wait: F,
 ) -> Result<CallToolResult, ErrorData>
 where
@@ -34,6 +36,7 @@ where
         engine: Arc::clone(&entry.engine),
         tool: entry.spec.name.clone(),
         execution: Some(execution.clone()),
+        origin,
     };
     tokio::select! {
         biased;
@@ -53,6 +56,7 @@ struct StopOnDrop {
     engine: Arc<dyn Engine>,
     tool: String,
     execution: Option<ExecutionRef>,
+    origin: Origin,
 }
 
 impl StopOnDrop {
@@ -76,10 +80,12 @@ impl Drop for StopOnDrop {
         };
         let engine = Arc::clone(&self.engine);
         let tool = std::mem::take(&mut self.tool);
+        let origin = std::mem::take(&mut self.origin);
         runtime.spawn(async move {
             match retrying(|| engine.cancel(&execution)).await {
                 Ok(()) => {
                     tracing::info!(%tool, %execution, "the caller hung up; execution stopped");
+                    crate::audit::stopped(&origin, &tool, &execution.0, "hung_up");
                 }
                 Err(e) => {
                     tracing::warn!(%tool, %execution, error = %e, "the caller hung up; stopping the execution failed");
@@ -135,7 +141,13 @@ mod tests {
         let (engine, tools, started) = slow_run().await;
         let entry = tools.get("slow").expect("slow");
         let gone = CancellationToken::new();
-        let waiting = unless_hung_up(entry, &started.execution, &gone, std::future::pending());
+        let waiting = unless_hung_up(
+            entry,
+            &started.execution,
+            &gone,
+            Origin::default(),
+            std::future::pending(),
+        );
         gone.cancel();
         assert!(waiting.await.is_err());
         assert_eq!(
@@ -149,7 +161,7 @@ mod tests {
         let (engine, tools, started) = slow_run().await;
         let entry = tools.get("slow").expect("slow");
         let gone = CancellationToken::new();
-        let answered = unless_hung_up(entry, &started.execution, &gone, async {
+        let answered = unless_hung_up(entry, &started.execution, &gone, Origin::default(), async {
             Ok(CallToolResult::success(vec![]))
         })
         .await;
@@ -162,6 +174,7 @@ mod tests {
             entry,
             &started.execution,
             &gone,
+            Origin::default(),
             std::future::pending(),
         ));
         let polled = tokio::time::timeout(Duration::from_millis(20), waiting).await;

@@ -7,9 +7,13 @@
 //! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), a body that is not a
 //! JSON-RPC message gets a JSON-RPC error (module `malformed`), and a `tasks/*` request without
 //! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`). With
-//! [`HttpOptions::auth`] set, `/mcp` requires an OAuth access token (module `auth`).
+//! [`HttpOptions::auth`] set, `/mcp` requires an OAuth access token (module `auth`); with
+//! [`HttpOptions::identity`], the caller a platform vouches for (module `identity`: the Lambda
+//! request context, a Google ID token, an IAP assertion). Every request carries its id in a
+//! span and in its extensions, for the audit log (`crate::audit`).
 
 mod auth;
+mod identity;
 mod malformed;
 mod mcp_name;
 mod origins;
@@ -17,6 +21,7 @@ mod scopes;
 
 pub use auth::HttpAuth;
 pub(crate) use auth::caller;
+pub use identity::{GoogleCredential, GoogleIdentity, Identified, PlatformIdentity, Unidentified};
 pub use origins::allowed_origin;
 pub(crate) use scopes::allowed;
 
@@ -47,6 +52,9 @@ pub struct HttpOptions {
     pub shutdown: CancellationToken,
     /// When set, `/mcp` requires a valid bearer token and the RFC 9728 metadata is served.
     pub auth: Option<Arc<HttpAuth>>,
+    /// When set, `/mcp` requires the platform in front (Lambda Function URL IAM, API Gateway,
+    /// Google) to have vouched for the caller. Exclusive with `auth`.
+    pub identity: Option<Arc<dyn PlatformIdentity>>,
 }
 
 /// The axum router: `POST /mcp` for MCP, `GET /healthz` for load balancers.
@@ -107,6 +115,11 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
                 auth::require_token,
             ))
             .merge(auth::metadata_routes(auth));
+    } else if let Some(identity) = options.identity {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            identity,
+            identity::require_identity,
+        ));
     }
     app.route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(request_span))
@@ -115,7 +128,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
 /// Runs each request inside a span carrying its id, so every log line of the request has
 /// `requestId`: the platform's id when there is one (Cloud Run's trace header, a load
 /// balancer's `x-request-id`, Lambda's `x-amzn-trace-id`), else a fresh one.
-async fn request_span(request: Request, next: Next) -> Response {
+async fn request_span(mut request: Request, next: Next) -> Response {
     let (id, mcp_method) = {
         let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
         let id = header("x-request-id")
@@ -126,6 +139,7 @@ async fn request_span(request: Request, next: Next) -> Response {
         (id, header("mcp-method").unwrap_or("").to_owned())
     };
     let span = tracing::info_span!("request", requestId = %id, mcpMethod = %mcp_method);
+    request.extensions_mut().insert(crate::audit::RequestId(id));
     next.run(request).instrument(span).await
 }
 

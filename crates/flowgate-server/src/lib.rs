@@ -11,6 +11,7 @@
 //! - [`http`]: stateless Streamable HTTP at `/mcp`; [`stdio`]: the same server over stdio.
 
 mod answers;
+mod audit;
 mod calls;
 mod client;
 mod errors;

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::answers;
 use crate::errors::{rpc_error, task_not_found};
 use crate::retry::retrying;
-use crate::{FlowgateServer, ToolEntry, principal};
+use crate::{FlowgateServer, ToolEntry, audit, principal};
 
 impl FlowgateServer {
     /// Opens a task id for this request's principal and finds its tool. Every failure is the
@@ -28,6 +28,7 @@ impl FlowgateServer {
             .open(task_id, &principal::of(ctx))
             .map_err(|e| {
                 tracing::info!(reason = %e, "task handle refused");
+                audit::refused(ctx, "task_not_found", None, None);
                 task_not_found()
             })?;
         let entry = self
@@ -47,7 +48,13 @@ impl FlowgateServer {
         let (handle, entry) = self.open(task_id, ctx)?;
         let how = entry.presentation.clone();
         let wire = match retrying(|| entry.engine.get(&handle.execution)).await {
-            Ok(record) => entry.project(&record),
+            Ok(record) => {
+                if record.state.is_terminal() {
+                    let execution = Some(handle.execution.0.as_str());
+                    audit::finished(ctx, &entry.spec.name, execution, record.state.as_str());
+                }
+                entry.project(&record)
+            }
             Err(e) if e.is_retryable() => {
                 // The engine holds the task; it is unreachable right now, not lost. Report that
                 // on the task and ask the client to come back later.
@@ -86,6 +93,7 @@ impl FlowgateServer {
         let record = retrying(|| entry.engine.get(&handle.execution))
             .await
             .map_err(|e| rpc_error(&entry.spec.name, &e))?;
+        let mut delivered = serde_json::Map::new();
         for (key, response) in answers::checked(&record, responses)? {
             match retrying(|| {
                 entry
@@ -94,13 +102,21 @@ impl FlowgateServer {
             })
             .await
             {
-                Ok(()) => {}
+                Ok(()) => {
+                    delivered.insert(key, serde_json::to_value(&response).unwrap_or_default());
+                }
                 // Answered meanwhile (first answer wins): ignored, as for any stray key.
                 Err(e) if e.is_not_found() => {
                     tracing::debug!(key, "ignored a response to a key that is not outstanding");
                 }
                 Err(e) => return Err(rpc_error(&entry.spec.name, &e)),
             }
+        }
+        if !delivered.is_empty() {
+            let count = delivered.len();
+            let execution = handle.execution.0.as_str();
+            let answers = serde_json::Value::Object(delivered);
+            audit::answered(ctx, &entry.spec.name, execution, &answers, count);
         }
         Ok(())
     }
@@ -115,6 +131,7 @@ impl FlowgateServer {
             .await
             .map_err(|e| rpc_error(&entry.spec.name, &e))?;
         tracing::info!(tool = %entry.spec.name, execution = %handle.execution, "cancel requested");
+        audit::cancelled(ctx, &entry.spec.name, handle.execution.0.as_str());
         Ok(())
     }
 }

@@ -1,12 +1,13 @@
-//! `--auth-*`: the inbound OAuth configuration of `flowgate serve`.
+//! `--auth-*`: who vouches for the callers of `flowgate serve`, and the refusal to serve a
+//! public address with no one doing so.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowgate_auth::{JwksSource, KeySet, TokenValidator, ValidatorConfig};
-use flowgate_server::http::HttpAuth;
+use flowgate_auth::{JwksSource, KeySet, TokenValidator, ValidatorConfig, google};
+use flowgate_server::http::{GoogleCredential, GoogleIdentity, HttpAuth, PlatformIdentity};
 
-use crate::cli::ServeArgs;
+use crate::cli::{AuthMode, ServeArgs};
 
 /// An unknown `kid` refreshes the key set at most this often (a flood of made-up key ids must
 /// not become a flood of fetches).
@@ -14,17 +15,99 @@ const MIN_REFRESH: Duration = Duration::from_secs(30);
 /// Keys are fetched again after this long even when every `kid` is known (revoked keys go).
 const MAX_AGE: Duration = Duration::from_secs(3600);
 
-/// The resource server of `args`, or `None` when auth is off. `scopes` are every scope a tool
-/// requires, advertised in the metadata document.
+/// What protects `/mcp`: at most one of the two is set.
+#[derive(Debug, Default)]
+pub(crate) struct Protection {
+    /// OAuth resource server.
+    pub(crate) oauth: Option<Arc<HttpAuth>>,
+    /// A platform identity.
+    pub(crate) platform: Option<Arc<dyn PlatformIdentity>>,
+    /// The mode's name, for the start-up log.
+    pub(crate) mode: Option<&'static str>,
+}
+
+/// The protection `args` configure. `scopes` are every scope a tool requires, advertised in
+/// the OAuth metadata document; `lambda` says whether this process serves Lambda events.
 pub(crate) fn from_args(
     args: &ServeArgs,
     scopes: Vec<String>,
-) -> Result<Option<Arc<HttpAuth>>, String> {
-    let (Some(issuer), Some(resource)) = (&args.auth_issuer, &args.auth_resource) else {
-        return Ok(None);
+    lambda: bool,
+) -> Result<Protection, String> {
+    let mode = match (args.auth_mode, &args.auth_issuer) {
+        (Some(mode), _) => mode,
+        (None, Some(_)) => AuthMode::Oauth,
+        (None, None) => {
+            if args.auth_audience.is_some() || args.auth_jwks_url.is_some() {
+                return Err("--auth-audience and --auth-jwks-url need an --auth-mode".into());
+            }
+            return Ok(Protection::default());
+        }
     };
+    let name = mode_name(mode);
     if args.stdio {
-        return Err("--auth-issuer protects the HTTP transport; it cannot apply to --stdio".into());
+        return Err(format!(
+            "--auth-mode {name} protects the HTTP transport; it cannot apply to --stdio"
+        ));
+    }
+    if !args.auth_allowed.is_empty()
+        && !matches!(mode, AuthMode::GoogleIdToken | AuthMode::GoogleIap)
+    {
+        return Err(format!(
+            "--auth-allowed applies to the Google modes, not {name}"
+        ));
+    }
+    if mode != AuthMode::Oauth && (args.auth_issuer.is_some() || args.auth_resource.is_some()) {
+        return Err(format!(
+            "--auth-issuer and --auth-resource belong to --auth-mode oauth, not {name}"
+        ));
+    }
+    let mut protection = Protection {
+        mode: Some(name),
+        ..Protection::default()
+    };
+    match mode {
+        AuthMode::Oauth => protection.oauth = Some(oauth(args, scopes)?),
+        AuthMode::AwsIam | AuthMode::ApigwJwt | AuthMode::ApigwAuthorizer => {
+            if args.auth_audience.is_some() || args.auth_jwks_url.is_some() {
+                return Err(format!(
+                    "--auth-mode {name} takes the caller from AWS; --auth-audience and \
+                     --auth-jwks-url do not apply"
+                ));
+            }
+            if !lambda {
+                return Err(format!(
+                    "--auth-mode {name} reads the caller from the AWS Lambda request context; \
+                     it applies only when running on AWS Lambda"
+                ));
+            }
+            protection.platform = Some(lambda_identity(mode)?);
+        }
+        AuthMode::GoogleIdToken | AuthMode::GoogleIap => {
+            protection.platform = Some(google_identity(args, mode)?);
+        }
+    }
+    Ok(protection)
+}
+
+pub(crate) fn mode_name(mode: AuthMode) -> &'static str {
+    match mode {
+        AuthMode::Oauth => "oauth",
+        AuthMode::AwsIam => "aws-iam",
+        AuthMode::ApigwJwt => "apigw-jwt",
+        AuthMode::ApigwAuthorizer => "apigw-authorizer",
+        AuthMode::GoogleIdToken => "google-id-token",
+        AuthMode::GoogleIap => "google-iap",
+    }
+}
+
+fn oauth(args: &ServeArgs, scopes: Vec<String>) -> Result<Arc<HttpAuth>, String> {
+    let (Some(issuer), Some(resource)) = (&args.auth_issuer, &args.auth_resource) else {
+        return Err("--auth-mode oauth needs --auth-issuer and --auth-resource".into());
+    };
+    if args.auth_audience.is_some() {
+        return Err(
+            "--auth-mode oauth takes its audience from --auth-resource, not --auth-audience".into(),
+        );
     }
     check_url("--auth-issuer", issuer)?;
     check_url("--auth-resource", resource)?;
@@ -42,7 +125,123 @@ pub(crate) fn from_args(
     };
     let keys = KeySet::new(source, MIN_REFRESH, MAX_AGE).map_err(|e| e.to_string())?;
     let validator = TokenValidator::new(ValidatorConfig::new(issuer, resource), keys);
-    Ok(Some(Arc::new(HttpAuth::new(validator, scopes))))
+    Ok(Arc::new(HttpAuth::new(validator, scopes)))
+}
+
+fn google_identity(args: &ServeArgs, mode: AuthMode) -> Result<Arc<dyn PlatformIdentity>, String> {
+    let name = mode_name(mode);
+    let Some(audience) = args.auth_audience.as_deref().filter(|a| !a.is_empty()) else {
+        return Err(format!(
+            "--auth-mode {name} needs --auth-audience (FLOWGATE_AUTH_AUDIENCE): {}",
+            match mode {
+                AuthMode::GoogleIap =>
+                    "IAP's audience, /projects/NUMBER/global/backendServices/ID or /projects/NUMBER/apps/PROJECT",
+                _ => "the service's URL, as callers ask for their ID tokens",
+            }
+        ));
+    };
+    let (credential, config, default_keys) = if mode == AuthMode::GoogleIap {
+        if !audience.starts_with("/projects/") {
+            return Err(format!(
+                "--auth-audience for google-iap starts with /projects/ (got {audience:?})"
+            ));
+        }
+        (
+            GoogleCredential::Iap,
+            google::iap_config(audience),
+            google::IAP_JWKS,
+        )
+    } else {
+        check_url("--auth-audience", audience)?;
+        (
+            GoogleCredential::IdToken,
+            google::id_token_config(audience),
+            google::ID_TOKEN_JWKS,
+        )
+    };
+    let allowed: Vec<String> = args
+        .auth_allowed
+        .iter()
+        .map(|a| a.trim().to_owned())
+        .filter(|a| !a.is_empty())
+        .collect();
+    if mode == AuthMode::GoogleIdToken && allowed.is_empty() {
+        return Err(
+            "--auth-mode google-id-token needs --auth-allowed (FLOWGATE_AUTH_ALLOWED): the emails \
+             (or *@domain) that may call; any Google account can get an ID token for any audience"
+                .into(),
+        );
+    }
+    let jwks = match &args.auth_jwks_url {
+        Some(url) => {
+            check_url("--auth-jwks-url", url)?;
+            url.clone()
+        }
+        None => default_keys.to_owned(),
+    };
+    let keys =
+        KeySet::new(JwksSource::Url(jwks), MIN_REFRESH, MAX_AGE).map_err(|e| e.to_string())?;
+    Ok(Arc::new(GoogleIdentity::new(
+        credential,
+        TokenValidator::new(config, keys),
+        allowed,
+    )))
+}
+
+#[cfg(feature = "lambda")]
+fn lambda_identity(mode: AuthMode) -> Result<Arc<dyn PlatformIdentity>, String> {
+    use crate::lambda_identity::{LambdaAuthorizer, LambdaIdentity};
+    let authorizer = match mode {
+        AuthMode::AwsIam => LambdaAuthorizer::Iam,
+        AuthMode::ApigwJwt => LambdaAuthorizer::Jwt,
+        _ => LambdaAuthorizer::Lambda,
+    };
+    Ok(Arc::new(LambdaIdentity(authorizer)))
+}
+
+#[cfg(not(feature = "lambda"))]
+fn lambda_identity(mode: AuthMode) -> Result<Arc<dyn PlatformIdentity>, String> {
+    Err(format!(
+        "--auth-mode {} needs Lambda support, which this build lacks (cargo feature lambda)",
+        mode_name(mode)
+    ))
+}
+
+/// Why serving without authentication would expose flowgate, if it would: Lambda mode, or a
+/// listen address other than loopback. `from_port` says the address came from `$PORT`.
+pub(crate) fn exposure(lambda: bool, listen: &str, from_port: bool) -> Option<String> {
+    if lambda {
+        return Some("as an AWS Lambda function".into());
+    }
+    if is_loopback(listen) {
+        return None;
+    }
+    Some(if from_port {
+        format!("on {listen} (every interface, from $PORT as on Cloud Run)")
+    } else {
+        format!("on {listen}, which is not a loopback address")
+    })
+}
+
+/// The message of a refusal to start unauthenticated.
+pub(crate) fn refusal(why: &str) -> String {
+    format!(
+        "refusing to serve MCP without authentication {why}: anyone who can reach it could \
+         start workflows. Choose who vouches for callers with --auth-mode (FLOWGATE_AUTH_MODE): \
+         oauth with --auth-issuer and --auth-resource; on AWS Lambda aws-iam, apigw-jwt or \
+         apigw-authorizer; on Google Cloud google-id-token or google-iap with --auth-audience. \
+         Or add --allow-unauthenticated (FLOWGATE_ALLOW_UNAUTHENTICATED=true) if something in \
+         front already checks every caller."
+    )
+}
+
+/// Whether `listen` (`host:port`) binds only the loopback interface.
+fn is_loopback(listen: &str) -> bool {
+    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
+        return addr.ip().is_loopback();
+    }
+    let host = listen.rsplit_once(':').map_or(listen, |(h, _)| h);
+    host.eq_ignore_ascii_case("localhost")
 }
 
 /// An `https` URL, or `http` to a loopback host (a local issuer in development and tests).
@@ -64,7 +263,7 @@ fn check_url(flag: &str, url: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_url;
+    use super::{check_url, exposure, is_loopback};
 
     #[test]
     fn urls_must_be_https_or_loopback() {
@@ -74,5 +273,30 @@ mod tests {
         assert!(check_url("f", "http://issuer.example").is_err());
         assert!(check_url("f", "issuer.example").is_err());
         assert!(check_url("f", "https://").is_err());
+    }
+
+    #[test]
+    fn only_loopback_addresses_may_go_unauthenticated() {
+        for ok in [
+            "127.0.0.1:8080",
+            "127.1.2.3:1",
+            "[::1]:80",
+            "localhost:8080",
+        ] {
+            assert!(is_loopback(ok), "{ok}");
+            assert!(exposure(false, ok, false).is_none(), "{ok}");
+        }
+        for public in [
+            "0.0.0.0:8080",
+            "[::]:80",
+            "10.0.0.5:80",
+            "flowgate.internal:80",
+        ] {
+            assert!(!is_loopback(public), "{public}");
+            assert!(exposure(false, public, false).is_some(), "{public}");
+        }
+        assert!(exposure(true, "127.0.0.1:8080", false).is_some(), "Lambda");
+        let port = exposure(false, "0.0.0.0:9", true).unwrap_or_default();
+        assert!(port.contains("$PORT"), "{port}");
     }
 }

@@ -81,6 +81,27 @@ pub(crate) struct ServeArgs {
     /// Seconds a call waits for its result when the client cannot take a task.
     #[arg(long, env = env_vars::SYNC_WAIT_SECS, default_value_t = 60)]
     pub(crate) sync_wait_secs: u64,
+    /// Who vouches for callers on `/mcp` [default: oauth when --auth-issuer is given]:
+    /// `oauth` (JWT access tokens of --auth-issuer for --auth-resource); on AWS Lambda,
+    /// `aws-iam` (Function URL AuthType AWS_IAM), `apigw-jwt` (HTTP API JWT authorizer),
+    /// `apigw-authorizer` (HTTP API Lambda authorizer); on Google Cloud, `google-id-token`
+    /// (Google-signed ID token for --auth-audience) or `google-iap` (Identity-Aware Proxy
+    /// assertion for --auth-audience). HTTP only.
+    #[arg(long, env = env_vars::AUTH_MODE, value_enum)]
+    pub(crate) auth_mode: Option<AuthMode>,
+    /// `google-id-token`: the service's URL (the ID tokens' audience); `google-iap`: IAP's
+    /// audience, `/projects/NUMBER/global/backendServices/ID` or `/projects/NUMBER/apps/PROJECT`.
+    #[arg(long, env = env_vars::AUTH_AUDIENCE)]
+    pub(crate) auth_audience: Option<String>,
+    /// The Google callers let through (repeatable, or comma separated): an email, or
+    /// `*@domain`. Required by `google-id-token` (any Google account can get an ID token for
+    /// any audience); optional with `google-iap`, whose own policy already admitted the caller.
+    #[arg(long = "auth-allowed", env = env_vars::AUTH_ALLOWED, value_delimiter = ',')]
+    pub(crate) auth_allowed: Vec<String>,
+    /// Serve without any authentication where flowgate would refuse to (a non-loopback
+    /// address, `$PORT`, AWS Lambda): only when something in front already checks every caller.
+    #[arg(long, env = env_vars::ALLOW_UNAUTHENTICATED)]
+    pub(crate) allow_unauthenticated: bool,
     /// Require OAuth access tokens on `/mcp`: the issuer (authorization server) whose JWT
     /// access tokens are accepted. Needs `--auth-resource`. HTTP only.
     #[arg(long, env = env_vars::AUTH_ISSUER, requires = "auth_resource")]
@@ -89,9 +110,27 @@ pub(crate) struct ServeArgs {
     /// `https://flowgate.example/mcp`.
     #[arg(long, env = env_vars::AUTH_RESOURCE, requires = "auth_issuer")]
     pub(crate) auth_resource: Option<String>,
-    /// The issuer's JWKS URL; by default discovered from the issuer's metadata.
-    #[arg(long, env = env_vars::AUTH_JWKS_URL, requires = "auth_issuer")]
+    /// The signing keys' JWKS URL: for `oauth`, by default discovered from the issuer's
+    /// metadata; for the Google modes, by default Google's published keys.
+    #[arg(long, env = env_vars::AUTH_JWKS_URL)]
     pub(crate) auth_jwks_url: Option<String>,
+}
+
+/// The values of `--auth-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum AuthMode {
+    /// OAuth 2.1 resource server: JWT access tokens of --auth-issuer.
+    Oauth,
+    /// Lambda Function URL with AuthType AWS_IAM: the caller's IAM ARN.
+    AwsIam,
+    /// API Gateway HTTP API JWT authorizer: the token's iss and sub.
+    ApigwJwt,
+    /// API Gateway HTTP API Lambda authorizer: its context's principalId.
+    ApigwAuthorizer,
+    /// A Google-signed ID token (Cloud Run callers), audience --auth-audience.
+    GoogleIdToken,
+    /// An Identity-Aware Proxy assertion, audience --auth-audience.
+    GoogleIap,
 }
 
 #[derive(Debug, Args)]

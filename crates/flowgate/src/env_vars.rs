@@ -59,7 +59,23 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
     ),
     (
         AUTH_JWKS_URL,
-        "the issuer's JWKS URL, when not discovered from its metadata",
+        "the signing keys' JWKS URL (instead of discovery, or of Google's keys)",
+    ),
+    (
+        AUTH_MODE,
+        "who vouches for callers: oauth, aws-iam, apigw-jwt, apigw-authorizer, google-id-token, google-iap",
+    ),
+    (
+        AUTH_AUDIENCE,
+        "the audience of Google ID tokens (the service URL) or IAP assertions",
+    ),
+    (
+        AUTH_ALLOWED,
+        "Google callers let through: emails or *@domain, comma separated",
+    ),
+    (
+        ALLOW_UNAUTHENTICATED,
+        "true: serve a public address or Lambda without authentication",
     ),
 ];
 
@@ -82,3 +98,7 @@ pub(crate) const CLOUD_RUN_SERVICE: &str = "K_SERVICE";
 pub(crate) const AUTH_ISSUER: &str = "FLOWGATE_AUTH_ISSUER";
 pub(crate) const AUTH_RESOURCE: &str = "FLOWGATE_AUTH_RESOURCE";
 pub(crate) const AUTH_JWKS_URL: &str = "FLOWGATE_AUTH_JWKS_URL";
+pub(crate) const AUTH_MODE: &str = "FLOWGATE_AUTH_MODE";
+pub(crate) const AUTH_AUDIENCE: &str = "FLOWGATE_AUTH_AUDIENCE";
+pub(crate) const ALLOW_UNAUTHENTICATED: &str = "FLOWGATE_ALLOW_UNAUTHENTICATED";
+pub(crate) const AUTH_ALLOWED: &str = "FLOWGATE_AUTH_ALLOWED";

@@ -6,6 +6,8 @@ mod cli;
 mod env_vars;
 mod helpers;
 mod keys;
+#[cfg(feature = "lambda")]
+mod lambda_identity;
 mod logging;
 mod policy;
 mod serve;

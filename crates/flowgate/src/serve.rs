@@ -31,16 +31,15 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
 }
 
 /// The listen address: `--listen`/`FLOWGATE_LISTEN`, else every interface on `$PORT`, else
-/// loopback port 8080.
-fn listen_address(given: Option<String>) -> String {
-    given
-        .or_else(|| {
-            std::env::var(env_vars::PORT)
-                .ok()
-                .filter(|p| !p.is_empty())
-                .map(|p| format!("0.0.0.0:{p}"))
-        })
-        .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
+/// loopback port 8080; and whether it came from `$PORT`.
+fn listen_address(given: Option<String>) -> (String, bool) {
+    if let Some(given) = given {
+        return (given, false);
+    }
+    match std::env::var(env_vars::PORT).ok().filter(|p| !p.is_empty()) {
+        Some(port) => (format!("0.0.0.0:{port}"), true),
+        None => ("127.0.0.1:8080".to_owned(), false),
+    }
 }
 
 /// The `--allowed-origin` entries in canonical form; a typo is an error at start rather than an
@@ -101,13 +100,31 @@ async fn serve(args: ServeArgs) -> ExitCode {
     let mut scopes: Vec<String> = tools.iter().flat_map(|t| t.spec.scopes.clone()).collect();
     scopes.sort();
     scopes.dedup();
-    let auth = match crate::auth::from_args(&args, scopes) {
-        Ok(auth) => auth,
+    let lambda = std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some() && !args.stdio;
+    let protection = match crate::auth::from_args(&args, scopes, lambda) {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("flowgate: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let (listen, from_port) = listen_address(args.listen.clone());
+    if !args.stdio
+        && protection.mode.is_none()
+        && let Some(why) = crate::auth::exposure(lambda, &listen, from_port)
+    {
+        if !args.allow_unauthenticated {
+            eprintln!("flowgate: {}", crate::auth::refusal(&why));
+            return ExitCode::FAILURE;
+        }
+        tracing::warn!(
+            "serving {why} WITHOUT authentication (--allow-unauthenticated): whatever is in \
+             front must check every caller"
+        );
+    }
+    if let Some(mode) = protection.mode {
+        tracing::info!(auth_mode = mode, "callers are authenticated");
+    }
     let server = FlowgateServer::new(tools, keys, options);
     if args.stdio {
         tracing::info!(tools = tool_count, "serving MCP on stdio");
@@ -126,13 +143,13 @@ async fn serve(args: ServeArgs) -> ExitCode {
             allowed_hosts: args.allowed_hosts,
             allowed_origins,
             shutdown: shutdown.clone(),
-            auth,
+            auth: protection.oauth,
+            identity: protection.platform,
         },
     );
-    if std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some() {
+    if lambda {
         return serve_lambda(app, tool_count).await;
     }
-    let listen = listen_address(args.listen);
     let listener = match tokio::net::TcpListener::bind(&listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -220,7 +237,10 @@ mod tests {
 
     #[test]
     fn an_explicit_address_wins() {
-        assert_eq!(listen_address(Some("127.0.0.1:9".into())), "127.0.0.1:9");
+        assert_eq!(
+            listen_address(Some("127.0.0.1:9".into())),
+            ("127.0.0.1:9".to_owned(), false)
+        );
     }
 
     #[test]

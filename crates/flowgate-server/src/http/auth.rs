@@ -97,6 +97,7 @@ pub(crate) async fn require_token(
 ) -> Response {
     let token = match bearer(&request) {
         Bearer::Missing => {
+            audit_refusal(request, "unauthenticated");
             return auth.refuse(
                 StatusCode::UNAUTHORIZED,
                 Refusal::Missing,
@@ -105,6 +106,7 @@ pub(crate) async fn require_token(
             );
         }
         Bearer::Unusable => {
+            audit_refusal(request, "invalid_token");
             return auth.refuse(
                 StatusCode::UNAUTHORIZED,
                 Refusal::InvalidToken,
@@ -138,6 +140,7 @@ pub(crate) async fn require_token(
         }
         Err(e) => {
             tracing::info!(reason = %e, "refused an access token");
+            audit_refusal(request, "invalid_token");
             auth.refuse(
                 StatusCode::UNAUTHORIZED,
                 Refusal::InvalidToken,
@@ -146,6 +149,12 @@ pub(crate) async fn require_token(
             )
         }
     }
+}
+
+/// The audit line of a request refused for its credential (its body is never read).
+fn audit_refusal(request: Request, reason: &str) {
+    let (parts, _) = request.into_parts();
+    crate::audit::refused_request(&parts, reason, None);
 }
 
 enum Bearer {

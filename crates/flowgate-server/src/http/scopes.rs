@@ -60,6 +60,7 @@ pub(crate) async fn require_scopes(
                 tool = called.as_deref().unwrap_or(""),
                 "refused a call: insufficient scope"
             );
+            crate::audit::refused_request(&parts, "insufficient_scope", called.as_deref());
             return check.auth.refuse(
                 StatusCode::FORBIDDEN,
                 Refusal::InsufficientScope,

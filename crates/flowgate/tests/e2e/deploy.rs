@@ -130,6 +130,14 @@ fn the_sam_template_sets_only_variables_the_binary_reads_and_grants_what_policy_
     }
     assert!(env.contains_key("FLOWGATE_MANIFEST"), "a manifest source");
     assert!(env.contains_key("FLOWGATE_HANDLE_KEYS_SSM"), "a key source");
+    // The function chooses its callers explicitly: IAM-signed requests only, and flowgate
+    // reads the caller from the IAM request context.
+    assert_eq!(function["FunctionUrlConfig"]["AuthType"], "AWS_IAM");
+    assert_eq!(env["FLOWGATE_AUTH_MODE"], "aws-iam");
+    assert!(
+        !env.contains_key("FLOWGATE_ALLOW_UNAUTHENTICATED"),
+        "the template must not opt out of authentication"
+    );
     assert_eq!(function["Handler"], "bootstrap");
     assert_eq!(function["Runtime"], "provided.al2023");
 
@@ -206,6 +214,17 @@ fn the_cloud_run_service_sets_only_variables_the_binary_reads() {
         format!("{mount}/{item}"),
         "the key file is the mounted secret"
     );
+    // IAP in front, and flowgate verifying IAP's assertion for this service's audience.
+    assert_eq!(
+        service["metadata"]["annotations"]["run.googleapis.com/iap-enabled"],
+        "true"
+    );
+    assert_eq!(get("FLOWGATE_AUTH_MODE"), Some("google-iap"));
+    assert!(
+        get("FLOWGATE_AUTH_AUDIENCE").is_some_and(|a| a.starts_with("/projects/")),
+        "IAP's audience"
+    );
+    assert_eq!(get("FLOWGATE_ALLOW_UNAUTHENTICATED"), None);
     assert_eq!(container["startupProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["ports"][0]["containerPort"], 8080);
     // The Dockerfile bakes the manifest where the service looks for it.

@@ -44,6 +44,8 @@ async fn port_hosts_logs_and_a_graceful_drain() {
     let mut child = Command::new(bin())
         .arg("serve")
         .env("PORT", port.to_string())
+        // What this test looks at is not authentication (safe_defaults.rs covers that).
+        .env("FLOWGATE_ALLOW_UNAUTHENTICATED", "true")
         .env("FLOWGATE_ALLOWED_HOSTS", "svc-abc.a.run.app")
         .env("FLOWGATE_STATE_DIR", state.path())
         .env("FLOWGATE_HANDLE_KEYS", KEY)

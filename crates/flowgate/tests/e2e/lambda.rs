@@ -97,7 +97,12 @@ struct Function {
 }
 
 impl Function {
+    /// A function as deploy/lambda/template.yaml configures it: `--auth-mode aws-iam`.
     async fn start(state_dir: &std::path::Path) -> Function {
+        Function::start_with(state_dir, &[("FLOWGATE_AUTH_MODE", "aws-iam")]).await
+    }
+
+    async fn start_with(state_dir: &std::path::Path, env: &[(&str, &str)]) -> Function {
         let (tx, rx) = mpsc::channel(8);
         let runtime = Runtime {
             events: Arc::new(AsyncMutex::new(Some(rx))),
@@ -130,6 +135,7 @@ impl Function {
             .env("FLOWGATE_HANDLE_KEYS", KEY)
             .env("FLOWGATE_ALLOWED_HOSTS", HOST)
             .env("FLOWGATE_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -142,8 +148,25 @@ impl Function {
         }
     }
 
-    /// Sends one Function URL request (payload format 2.0) and returns the function's response.
+    /// Sends one Function URL request signed by [`CALLER`] and returns its JSON-RPC answer.
     async fn invoke(&mut self, method: &str, name: &str, params: Value) -> Value {
+        let response = self
+            .invoke_as(method, name, params, Some(iam_authorizer(CALLER)))
+            .await;
+        assert_eq!(response["statusCode"], 200, "{response}");
+        let body = response["body"].as_str().expect("a body");
+        serde_json::from_str(body).expect("a JSON-RPC body")
+    }
+
+    /// Sends one Function URL request (payload format 2.0) whose request context carries
+    /// `authorizer` (as Lambda sets it for AWS_IAM URLs), and returns the function's response.
+    async fn invoke_as(
+        &mut self,
+        method: &str,
+        name: &str,
+        params: Value,
+        authorizer: Option<Value>,
+    ) -> Value {
         self.invocations += 1;
         let id = format!("req-{}-{}", std::process::id(), self.invocations);
         let mut params = params;
@@ -166,7 +189,7 @@ impl Function {
         if !name.is_empty() {
             headers["mcp-name"] = json!(name);
         }
-        let event = json!({
+        let mut event = json!({
             "version": "2.0",
             "routeKey": "$default",
             "rawPath": "/mcp",
@@ -187,6 +210,9 @@ impl Function {
             "body": body,
             "isBase64Encoded": false
         });
+        if let Some(authorizer) = authorizer {
+            event["requestContext"]["authorizer"] = authorizer;
+        }
         let (done_tx, done_rx) = oneshot::channel();
         self.runtime
             .waiting
@@ -194,14 +220,28 @@ impl Function {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone(), done_tx);
         self.tx.send((id, event)).await.expect("queue the event");
-        let response = tokio::time::timeout(Duration::from_secs(30), done_rx)
+        tokio::time::timeout(Duration::from_secs(30), done_rx)
             .await
             .expect("the function answered within 30 s")
-            .expect("response");
-        assert_eq!(response["statusCode"], 200, "{response}");
-        let body = response["body"].as_str().expect("a body");
-        serde_json::from_str(body).expect("a JSON-RPC body")
+            .expect("response")
     }
+}
+
+/// The IAM role every test call is signed by, unless a test says otherwise.
+const CALLER: &str = "arn:aws:sts::123456789012:assumed-role/mcp-client/session-1";
+
+/// The `authorizer` of a Function URL request with AuthType AWS_IAM, signed by `arn` (the
+/// shape Lambda documents for payload format 2.0).
+fn iam_authorizer(arn: &str) -> Value {
+    json!({"iam": {
+        "accessKey": "ASIAEXAMPLEEXAMPLE",
+        "accountId": "123456789012",
+        "callerId": "AROAEXAMPLEEXAMPLE:session-1",
+        "cognitoIdentity": null,
+        "principalOrgId": null,
+        "userArn": arn,
+        "userId": "AROAEXAMPLEEXAMPLE:session-1"
+    }})
 }
 
 impl Drop for Function {
@@ -260,4 +300,160 @@ async fn tools_list_answers_in_lambda_mode() {
         Some(3),
         "{ok}"
     );
+}
+
+/// The body of a Function URL response, as JSON.
+fn body_of(response: &Value) -> Value {
+    let body = response["body"].as_str().unwrap_or_default();
+    serde_json::from_str(body).unwrap_or(Value::String(body.to_owned()))
+}
+
+#[tokio::test]
+async fn aws_iam_mode_seals_tasks_to_the_callers_arn_and_refuses_unsigned_requests() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let mut f = Function::start(state.path()).await;
+
+    // No IAM context (a Function URL left at AuthType NONE): refused before MCP.
+    let bare = f.invoke_as("tools/list", "", json!({}), None).await;
+    assert_eq!(bare["statusCode"], 401, "{bare}");
+    assert!(
+        body_of(&bare).to_string().contains("AWS_IAM"),
+        "the refusal says what is missing: {bare}"
+    );
+
+    let created = f
+        .invoke(
+            "tools/call",
+            "long_job",
+            json!({"name": "long_job", "arguments": {"steps": 20}}),
+        )
+        .await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+
+    // Another role's view of the task is that of a task that does not exist.
+    let other = iam_authorizer("arn:aws:iam::123456789012:user/someone-else");
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": task_id})),
+        ("tasks/cancel", json!({"taskId": task_id})),
+        (
+            "tasks/update",
+            json!({"taskId": task_id, "inputResponses": {}}),
+        ),
+    ] {
+        let theirs = f
+            .invoke_as(method, &task_id, params, Some(other.clone()))
+            .await;
+        assert_eq!(theirs["statusCode"], 200, "{theirs}");
+        assert_eq!(
+            body_of(&theirs)["error"]["code"],
+            -32602,
+            "{method}: {theirs}"
+        );
+    }
+    // The caller's own view is untouched, and it can still end its task.
+    let mine = f
+        .invoke("tasks/get", &task_id, json!({"taskId": task_id}))
+        .await;
+    assert_eq!(mine["result"]["status"], "working", "{mine}");
+    let cancelled = f
+        .invoke("tasks/cancel", &task_id, json!({"taskId": task_id}))
+        .await;
+    assert!(cancelled.get("result").is_some(), "{cancelled}");
+}
+
+/// Without `--auth-mode aws-iam` the request context is not read at all: every caller is the
+/// same anonymous principal, whatever ARN the context names.
+#[tokio::test]
+async fn the_iam_context_is_ignored_unless_configured() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let mut f =
+        Function::start_with(state.path(), &[("FLOWGATE_ALLOW_UNAUTHENTICATED", "true")]).await;
+    let created = f
+        .invoke(
+            "tools/call",
+            "long_job",
+            json!({"name": "long_job", "arguments": {"steps": 20}}),
+        )
+        .await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let other = iam_authorizer("arn:aws:iam::123456789012:user/someone-else");
+    let theirs = f
+        .invoke_as(
+            "tasks/cancel",
+            &task_id,
+            json!({"taskId": task_id}),
+            Some(other),
+        )
+        .await;
+    assert!(body_of(&theirs).get("result").is_some(), "{theirs}");
+}
+
+#[tokio::test]
+async fn api_gateway_jwt_and_lambda_authorizer_contexts_name_the_caller() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let mut jwt = Function::start_with(state.path(), &[("FLOWGATE_AUTH_MODE", "apigw-jwt")]).await;
+    let claims = |sub: &str| json!({"jwt": {"claims": {"iss": "https://issuer.example", "sub": sub, "scope": "a b"}, "scopes": null}});
+    let created = jwt
+        .invoke_as(
+            "tools/call",
+            "long_job",
+            json!({"name": "long_job", "arguments": {"steps": 20}}),
+            Some(claims("alice")),
+        )
+        .await;
+    let task_id = body_of(&created)["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let bob = jwt
+        .invoke_as(
+            "tasks/get",
+            &task_id,
+            json!({"taskId": task_id}),
+            Some(claims("bob")),
+        )
+        .await;
+    assert_eq!(body_of(&bob)["error"]["code"], -32602, "{bob}");
+    let alice = jwt
+        .invoke_as(
+            "tasks/cancel",
+            &task_id,
+            json!({"taskId": task_id}),
+            Some(claims("alice")),
+        )
+        .await;
+    assert!(body_of(&alice).get("result").is_some(), "{alice}");
+    // An IAM context is not a JWT authorizer's.
+    let iam = jwt
+        .invoke_as("tools/list", "", json!({}), Some(iam_authorizer(CALLER)))
+        .await;
+    assert_eq!(iam["statusCode"], 401, "{iam}");
+    drop(jwt);
+
+    let mut lambda =
+        Function::start_with(state.path(), &[("FLOWGATE_AUTH_MODE", "apigw-authorizer")]).await;
+    let ok = lambda
+        .invoke_as(
+            "tools/list",
+            "",
+            json!({}),
+            Some(json!({"lambda": {"principalId": "tenant-7"}})),
+        )
+        .await;
+    assert_eq!(ok["statusCode"], 200, "{ok}");
+    let nameless = lambda
+        .invoke_as(
+            "tools/list",
+            "",
+            json!({}),
+            Some(json!({"lambda": {"role": "admin"}})),
+        )
+        .await;
+    assert_eq!(nameless["statusCode"], 401, "{nameless}");
 }

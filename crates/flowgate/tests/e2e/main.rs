@@ -3,11 +3,13 @@
 //!
 //! One test binary with modules, because each file under `tests/` links its own binary.
 
+mod audit;
 mod bad_input;
 mod conformance;
 mod deploy;
 mod github_actions;
 mod gitlab_ci;
+mod google_identity;
 mod google_workflows;
 mod http_mode;
 mod http_tasks;
@@ -16,6 +18,7 @@ mod local_engine;
 mod oauth;
 mod protocol_edges;
 mod restart;
+mod safe_defaults;
 mod stdio;
 mod stepfunctions;
 mod support;

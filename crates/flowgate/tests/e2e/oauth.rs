@@ -10,7 +10,7 @@ const RESOURCE: &str = "https://flowgate.test/mcp";
 const METADATA: &str = "https://flowgate.test/.well-known/oauth-protected-resource/mcp";
 
 /// A 2026-07-28 JSON-RPC POST with an optional bearer token: status, `WWW-Authenticate`, body.
-async fn post(
+pub(crate) async fn post(
     url: &str,
     token: Option<&str>,
     method: &str,
@@ -107,8 +107,21 @@ async fn without_a_valid_token_mcp_answers_401_with_the_metadata_challenge() {
     let expired = issuer.sign(&json!({
         "iss": issuer.issuer, "sub": "alice", "aud": RESOURCE, "iat": now - 900, "exp": now - 600,
     }));
+    let early = issuer.sign(&json!({
+        "iss": issuer.issuer, "sub": "alice", "aud": RESOURCE, "iat": now, "nbf": now + 600,
+        "exp": now + 900,
+    }));
+    let good_claims = json!({
+        "iss": issuer.issuer, "sub": "alice", "aud": RESOURCE, "iat": now, "exp": now + 300,
+    });
+    let mut wrong_issuer = good_claims.clone();
+    wrong_issuer["iss"] = json!("https://evil.example");
     let bad_tokens = [
         ("garbage", "not-a-jwt".to_owned()),
+        ("not yet valid", early),
+        ("another issuer", issuer.sign(&wrong_issuer)),
+        ("alg none", FakeIssuer::forge_unsigned(&good_claims)),
+        ("HMAC with the public key", issuer.forge_hmac(&good_claims)),
         (
             "another resource",
             issuer.token("alice", "https://elsewhere.test/mcp", ""),
@@ -329,4 +342,230 @@ async fn tools_need_their_scopes_to_be_listed_and_called() {
     assert_eq!(status, 200, "{body}");
     assert!(body.get("result").is_some(), "{body}");
     assert_eq!(runs(state.path()).len(), 1);
+}
+
+/// A real OpenID provider (`oidc-provider`, tests/fakes/oidc/provider.mjs) that scripts/test
+/// starts and names in `FLOWGATE_TEST_OIDC_URL`.
+mod real_provider {
+    use serde_json::{Value, json};
+
+    use super::{RESOURCE, post};
+    use crate::support::*;
+
+    /// A second resource the provider knows (scripts/test passes both to it).
+    const OTHER_RESOURCE: &str = "https://other.flowgate.test/mcp";
+
+    fn provider() -> String {
+        std::env::var("FLOWGATE_TEST_OIDC_URL").unwrap_or_else(|_| {
+            panic!(
+                "FLOWGATE_TEST_OIDC_URL is not set: these tests need the OpenID provider that \
+                 scripts/test starts (node tests/fakes/oidc/provider.mjs --modules \
+                 .tools/oidc/node_modules --port 0 --resource {RESOURCE},{OTHER_RESOURCE}); \
+                 run them through \
+                 scripts/test, or start it and export FLOWGATE_TEST_OIDC_URL=http://127.0.0.1:PORT"
+            )
+        })
+    }
+
+    /// The provider's token endpoint, from its RFC 8414 metadata.
+    async fn token_endpoint(issuer: &str) -> String {
+        let meta: Value = reqwest::get(format!("{issuer}/.well-known/oauth-authorization-server"))
+            .await
+            .expect("provider metadata")
+            .json()
+            .await
+            .expect("metadata JSON");
+        assert_eq!(meta["issuer"], issuer, "{meta}");
+        meta["token_endpoint"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token_endpoint: {meta}"))
+            .to_owned()
+    }
+
+    /// A client-credentials access token for `resource` (RFC 8707), as `client`.
+    async fn token(issuer: &str, client: &str, resource: &str, scope: Option<&str>) -> String {
+        let secret = format!("{client}-secret");
+        let mut form = vec![
+            ("grant_type", "client_credentials"),
+            ("client_id", client),
+            ("client_secret", secret.as_str()),
+            ("resource", resource),
+        ];
+        if let Some(s) = scope {
+            form.push(("scope", s));
+        }
+        let resp: Value = reqwest::Client::new()
+            .post(token_endpoint(issuer).await)
+            .form(&form)
+            .send()
+            .await
+            .expect("token request")
+            .json()
+            .await
+            .expect("token JSON");
+        resp["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no access token for {client}: {resp}"))
+            .to_owned()
+    }
+
+    fn serve(state: &std::path::Path, issuer: &str) -> Server {
+        let bundled = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/flowgate.yaml"),
+        )
+        .expect("the bundled manifest");
+        let manifest = state.join("tools.yaml");
+        std::fs::write(&manifest, format!("default_scopes: [jobs.run]\n{bundled}"))
+            .expect("manifest");
+        Server::start_with(
+            state,
+            Some(&manifest),
+            &[
+                ("FLOWGATE_AUTH_ISSUER", issuer),
+                ("FLOWGATE_AUTH_RESOURCE", RESOURCE),
+            ],
+            None,
+        )
+    }
+
+    /// What a client does from nothing: 401 -> the challenge's metadata -> the provider named
+    /// there -> a token for the resource and its scopes -> served.
+    #[tokio::test]
+    async fn the_challenge_leads_a_client_to_the_provider_and_its_token_is_accepted() {
+        let issuer = provider();
+        let state = tempfile::tempdir().expect("tempdir");
+        let server = serve(state.path(), &issuer);
+        let (status, challenge, _) = post(&server.url, None, "tools/list", None, json!({})).await;
+        assert_eq!(status, 401);
+        let challenge = challenge.expect("WWW-Authenticate");
+        let metadata_url = challenge
+            .split("resource_metadata=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("no resource_metadata in {challenge}"));
+        // The metadata URL names the public host; the test reaches the same path locally.
+        let path = metadata_url
+            .strip_prefix("https://flowgate.test")
+            .unwrap_or_else(|| panic!("{metadata_url}"));
+        let base = server.url.trim_end_matches("/mcp");
+        let meta: Value = reqwest::get(format!("{base}{path}"))
+            .await
+            .expect("metadata")
+            .json()
+            .await
+            .expect("metadata JSON");
+        assert_eq!(meta["resource"], RESOURCE, "{meta}");
+        assert_eq!(meta["authorization_servers"], json!([issuer]), "{meta}");
+        assert_eq!(meta["scopes_supported"], json!(["jobs.run"]), "{meta}");
+        let resource = meta["resource"].as_str().expect("resource");
+        let scope = meta["scopes_supported"][0].as_str().expect("a scope");
+        let alice = token(&issuer, "alice", resource, Some(scope)).await;
+        let (status, _, listed) =
+            post(&server.url, Some(&alice), "tools/list", None, json!({})).await;
+        assert_eq!(status, 200, "{listed}");
+        assert_eq!(
+            listed["result"]["tools"].as_array().map(Vec::len),
+            Some(3),
+            "{listed}"
+        );
+        // A token the provider issued for another resource is not for this server.
+        let other = token(&issuer, "alice", OTHER_RESOURCE, Some(scope)).await;
+        let (status, challenge, _) =
+            post(&server.url, Some(&other), "tools/list", None, json!({})).await;
+        assert_eq!(status, 401);
+        assert!(challenge.unwrap_or_default().contains("invalid_token"));
+    }
+
+    #[tokio::test]
+    async fn another_clients_task_is_not_found_and_a_missing_scope_is_403() {
+        let issuer = provider();
+        let state = tempfile::tempdir().expect("tempdir");
+        let server = serve(state.path(), &issuer);
+        let alice = token(&issuer, "alice", RESOURCE, Some("jobs.run")).await;
+        let bob = token(&issuer, "bob", RESOURCE, Some("jobs.run")).await;
+        let carol = token(&issuer, "carol", RESOURCE, None).await;
+
+        let (status, _, created) = post(
+            &server.url,
+            Some(&alice),
+            "tools/call",
+            Some("approve_deploy"),
+            json!({"name": "approve_deploy", "arguments": {"service": "web", "version": "1.2.3"}}),
+        )
+        .await;
+        assert_eq!(status, 200, "{created}");
+        let id = created["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{created}"))
+            .to_owned();
+        // Wait for the question, so that an update by Bob would have something to answer.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let key = loop {
+            let (_, _, got) = post(
+                &server.url,
+                Some(&alice),
+                "tasks/get",
+                Some(&id),
+                json!({"taskId": id}),
+            )
+            .await;
+            if got["result"]["status"] == "input_required" {
+                break first_input_key(&got["result"]);
+            }
+            assert!(std::time::Instant::now() < deadline, "{got}");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        let approve = json!({(key.clone()): {"action": "accept", "content": {"approve": true}}});
+        for (method, params) in [
+            ("tasks/get", json!({"taskId": id})),
+            (
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": approve}),
+            ),
+            ("tasks/cancel", json!({"taskId": id})),
+        ] {
+            let (status, _, theirs) =
+                post(&server.url, Some(&bob), method, Some(&id), params).await;
+            assert_eq!(status, 200, "{theirs}");
+            assert_eq!(theirs["error"]["code"], -32602, "{method}: {theirs}");
+        }
+        // Alice still sees it, still waiting: Bob's answer and cancel reached nothing.
+        let (_, _, mine) = post(
+            &server.url,
+            Some(&alice),
+            "tasks/get",
+            Some(&id),
+            json!({"taskId": id}),
+        )
+        .await;
+        assert_eq!(mine["result"]["status"], "input_required", "{mine}");
+
+        // Carol's token lacks jobs.run: she sees no tool, and a call is 403 naming the scope.
+        let (_, _, listed) = post(&server.url, Some(&carol), "tools/list", None, json!({})).await;
+        assert_eq!(listed["result"]["tools"], json!([]), "{listed}");
+        let (status, challenge, body) = post(
+            &server.url,
+            Some(&carol),
+            "tools/call",
+            Some("long_job"),
+            json!({"name": "long_job", "arguments": {"steps": 1}}),
+        )
+        .await;
+        assert_eq!(status, 403, "{body}");
+        let challenge = challenge.unwrap_or_default();
+        assert!(
+            challenge.contains("scope=\"jobs.run\"")
+                && challenge.contains("error=\"insufficient_scope\""),
+            "{challenge}"
+        );
+        let (_, _, cancelled) = post(
+            &server.url,
+            Some(&alice),
+            "tasks/cancel",
+            Some(&id),
+            json!({"taskId": id}),
+        )
+        .await;
+        assert!(cancelled.get("result").is_some(), "{cancelled}");
+    }
 }

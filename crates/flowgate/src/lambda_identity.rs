@@ -1,0 +1,163 @@
+//! Caller identities AWS vouches for in Lambda mode, read from the invocation's request
+//! context (which lambda_http puts in the request's extensions; a client cannot set it with a
+//! header):
+//!
+//! - `aws-iam`: a Function URL (or HTTP API route) with `AWS_IAM` auth. AWS checked the
+//!   caller's SigV4 signature and `lambda:InvokeFunctionUrl` permission; the context's
+//!   `authorizer.iam` names the caller. Principal: issuer `aws:iam`, subject the caller's ARN
+//!   (`userArn`, else `callerId`).
+//! - `apigw-jwt`: an API Gateway HTTP API with a JWT authorizer, which validated the token;
+//!   `authorizer.jwt.claims` carries it. Principal: the token's `iss` and `sub`; scopes from the
+//!   authorizer's `scopes` or the `scope` claim.
+//! - `apigw-authorizer`: an HTTP API Lambda authorizer; its returned context
+//!   (`authorizer.lambda`) must name the caller as `principalId` (or `sub`). Principal: issuer
+//!   `aws:apigw-authorizer:<apiId>`, that subject; scopes from a space-separated `scope`.
+//!
+//! Only payload format 2.0 events (Function URLs, HTTP APIs) carry these; any other request is
+//! refused, as is one whose context lacks the configured authorizer (a Function URL left at
+//! `AuthType: NONE`, say).
+
+use std::collections::BTreeSet;
+
+use axum::http::request::Parts;
+use flowgate_auth::{Authenticated, Principal};
+use flowgate_server::http::{Identified, PlatformIdentity, Unidentified};
+use lambda_http::aws_lambda_events::apigw::ApiGatewayRequestAuthorizer;
+use lambda_http::request::RequestContext;
+use serde_json::Value;
+
+/// Which authorizer's word is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LambdaAuthorizer {
+    Iam,
+    Jwt,
+    Lambda,
+}
+
+/// A [`PlatformIdentity`] over the Lambda request context.
+#[derive(Debug)]
+pub(crate) struct LambdaIdentity(pub(crate) LambdaAuthorizer);
+
+impl LambdaIdentity {
+    fn caller(&self, parts: &Parts) -> Result<Authenticated, Unidentified> {
+        let context = match parts.extensions.get::<RequestContext>() {
+            Some(RequestContext::ApiGatewayV2(context)) => context,
+            _ => {
+                return Err(Unidentified::unauthorized(
+                    "this server takes callers from a Function URL or HTTP API request context, \
+                     and the request has none",
+                ));
+            }
+        };
+        let authorizer = context.authorizer.as_ref();
+        match self.0 {
+            LambdaAuthorizer::Iam => iam(authorizer),
+            LambdaAuthorizer::Jwt => jwt(authorizer),
+            LambdaAuthorizer::Lambda => lambda(authorizer, context.apiid.as_deref()),
+        }
+    }
+}
+
+impl PlatformIdentity for LambdaIdentity {
+    fn mode(&self) -> &'static str {
+        match self.0 {
+            LambdaAuthorizer::Iam => "aws-iam",
+            LambdaAuthorizer::Jwt => "apigw-jwt",
+            LambdaAuthorizer::Lambda => "apigw-authorizer",
+        }
+    }
+
+    fn identify<'a>(&'a self, parts: &'a Parts) -> Identified<'a> {
+        let result = self.caller(parts);
+        Box::pin(async move { result })
+    }
+
+    /// API Gateway passes the caller's JWT on in `Authorization`; it stops here.
+    fn credential_headers(&self) -> &'static [&'static str] {
+        &["authorization"]
+    }
+}
+
+fn present(value: Option<&String>) -> Option<&str> {
+    value.map(String::as_str).filter(|v| !v.is_empty())
+}
+
+fn iam(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated, Unidentified> {
+    let iam = authorizer.and_then(|a| a.iam.as_ref()).ok_or_else(|| {
+        Unidentified::unauthorized(
+            "no IAM caller in the request context: the Function URL must use AuthType AWS_IAM",
+        )
+    })?;
+    let subject = present(iam.user_arn.as_ref())
+        .or(present(iam.caller_id.as_ref()))
+        .ok_or_else(|| Unidentified::invalid("the IAM request context names no caller"))?;
+    Ok(Authenticated {
+        principal: Principal {
+            issuer: "aws:iam".to_owned(),
+            subject: subject.to_owned(),
+        },
+        scopes: BTreeSet::new(),
+    })
+}
+
+fn jwt(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated, Unidentified> {
+    let jwt = authorizer.and_then(|a| a.jwt.as_ref()).ok_or_else(|| {
+        Unidentified::unauthorized(
+            "no JWT authorizer result in the request context: the route needs a JWT authorizer",
+        )
+    })?;
+    let (Some(issuer), Some(subject)) = (
+        present(jwt.claims.get("iss")),
+        present(jwt.claims.get("sub")),
+    ) else {
+        return Err(Unidentified::invalid(
+            "the JWT authorizer's claims lack iss or sub",
+        ));
+    };
+    let mut scopes: BTreeSet<String> = jwt.scopes.iter().flatten().cloned().collect();
+    if let Some(scope) = jwt.claims.get("scope") {
+        scopes.extend(scope.split_whitespace().map(str::to_owned));
+    }
+    Ok(Authenticated {
+        principal: Principal {
+            issuer: issuer.to_owned(),
+            subject: subject.to_owned(),
+        },
+        scopes,
+    })
+}
+
+fn lambda(
+    authorizer: Option<&ApiGatewayRequestAuthorizer>,
+    api: Option<&str>,
+) -> Result<Authenticated, Unidentified> {
+    let fields = authorizer.map(|a| &a.fields).filter(|f| !f.is_empty());
+    let fields = fields.ok_or_else(|| {
+        Unidentified::unauthorized(
+            "no Lambda authorizer context in the request: the route needs a Lambda authorizer",
+        )
+    })?;
+    let subject = ["principalId", "sub"]
+        .iter()
+        .find_map(|k| {
+            fields
+                .get(*k)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        })
+        .ok_or_else(|| {
+            Unidentified::invalid("the Lambda authorizer's context names no principalId or sub")
+        })?;
+    let scopes = fields
+        .get("scope")
+        .and_then(Value::as_str)
+        .map(|s| s.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    Ok(Authenticated {
+        principal: Principal {
+            issuer: format!("aws:apigw-authorizer:{}", api.unwrap_or("")),
+            subject: subject.to_owned(),
+        },
+        scopes,
+    })
+}

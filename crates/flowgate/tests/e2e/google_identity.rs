@@ -1,0 +1,270 @@
+//! Cloud Run / IAP identities: `--auth-mode google-id-token` and `google-iap`, with a locally
+//! generated key set (flowgate_auth::testing) standing in for Google's published keys.
+
+use flowgate_auth::testing::FakeIssuer;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const SERVICE: &str = "https://flowgate-abc123-ew.a.run.app";
+const IAP_AUDIENCE: &str = "/projects/123456789012/global/backendServices/987654321";
+
+fn claims(iss: &str, aud: &str, email: &str) -> Value {
+    let now = chrono::Utc::now().timestamp();
+    json!({
+        "iss": iss, "aud": aud, "sub": format!("1000{}", email.len()), "email": email,
+        "email_verified": true, "iat": now, "exp": now + 600,
+    })
+}
+
+/// A POST on the 2026-07-28 wire with extra headers: (status, body).
+async fn post(url: &str, headers: &[(&str, &str)], method: &str, params: Value) -> (u16, Value) {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "google-e2e", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .body(body.to_string());
+    if let Some(id) = params.get("taskId").and_then(Value::as_str) {
+        req = req.header("mcp-name", id);
+    } else if let Some(name) = params.get("name").and_then(Value::as_str) {
+        req = req.header("mcp-name", name);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.expect("http");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn start_job(url: &str, headers: &[(&str, &str)]) -> String {
+    let (status, created) = post(
+        url,
+        headers,
+        "tools/call",
+        json!({"name": "long_job", "arguments": {"steps": 20}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn google_id_tokens_for_the_service_url_name_the_caller() {
+    let google = FakeIssuer::start().await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let jwks = google.jwks_url();
+    let server = Server::start_with(
+        state.path(),
+        None,
+        &[
+            ("FLOWGATE_AUTH_MODE", "google-id-token"),
+            ("FLOWGATE_AUTH_AUDIENCE", SERVICE),
+            ("FLOWGATE_AUTH_JWKS_URL", &jwks),
+            (
+                "FLOWGATE_AUTH_ALLOWED",
+                "alice@p.iam.gserviceaccount.com,*@example.com",
+            ),
+        ],
+        None,
+    );
+    let alice = google.sign_rs256(&claims(
+        "https://accounts.google.com",
+        SERVICE,
+        "alice@p.iam.gserviceaccount.com",
+    ));
+    // Google also spells its issuer without the scheme: the same caller, the same principal.
+    let alice_again = google.sign_rs256(&claims(
+        "accounts.google.com",
+        SERVICE,
+        "alice@p.iam.gserviceaccount.com",
+    ));
+    let bob = google.sign_rs256(&claims(
+        "https://accounts.google.com",
+        SERVICE,
+        "bob@example.com",
+    ));
+    let bearer = |t: &str| format!("Bearer {t}");
+
+    let (status, body) = post(&server.url, &[], "tools/list", json!({})).await;
+    assert_eq!(status, 401, "{body}");
+    let bad = [
+        (
+            "another audience",
+            google.sign_rs256(&claims(
+                "https://accounts.google.com",
+                "https://other.a.run.app",
+                "a@b.c",
+            )),
+        ),
+        (
+            "another issuer",
+            google.sign_rs256(&claims("https://evil.example", SERVICE, "a@b.c")),
+        ),
+        // IAP signs with ES256; an ID token must be RS256.
+        (
+            "ES256",
+            google.sign_es256(&claims("https://accounts.google.com", SERVICE, "a@b.c")),
+        ),
+    ];
+    for (what, token) in &bad {
+        let (status, body) = post(
+            &server.url,
+            &[("authorization", &bearer(token))],
+            "tools/list",
+            json!({}),
+        )
+        .await;
+        assert_eq!(status, 401, "{what}: {body}");
+    }
+
+    // A valid token of a caller nobody allowed: authenticated, not admitted.
+    let stranger = google.sign_rs256(&claims(
+        "https://accounts.google.com",
+        SERVICE,
+        "someone@elsewhere.test",
+    ));
+    let (status, body) = post(
+        &server.url,
+        &[("authorization", &bearer(&stranger))],
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    // What Cloud Run forwards when its own IAM check consumed the token is not a token.
+    let stripped = format!(
+        "{}.SIGNATURE_REMOVED_BY_GOOGLE",
+        alice
+            .rsplit_once('.')
+            .map(|(head, _)| head)
+            .unwrap_or_default()
+    );
+    let (status, _) = post(
+        &server.url,
+        &[("authorization", &bearer(&stripped))],
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    let id = start_job(&server.url, &[("authorization", &bearer(&alice))]).await;
+    let (_, theirs) = post(
+        &server.url,
+        &[("authorization", &bearer(&bob))],
+        "tasks/get",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let (_, mine) = post(
+        &server.url,
+        &[("authorization", &bearer(&alice_again))],
+        "tasks/get",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(mine["result"]["status"], "working", "{mine}");
+    // An IAP header is not what this mode reads.
+    let (status, _) = post(
+        &server.url,
+        &[("x-goog-iap-jwt-assertion", &alice)],
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (_, cancelled) = post(
+        &server.url,
+        &[("authorization", &bearer(&alice))],
+        "tasks/cancel",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert!(cancelled.get("result").is_some(), "{cancelled}");
+}
+
+#[tokio::test]
+async fn iap_assertions_name_the_caller_and_are_ignored_unless_configured() {
+    let google = FakeIssuer::start().await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let jwks = google.jwks_url();
+    let server = Server::start_with(
+        state.path(),
+        None,
+        &[
+            ("FLOWGATE_AUTH_MODE", "google-iap"),
+            ("FLOWGATE_AUTH_AUDIENCE", IAP_AUDIENCE),
+            ("FLOWGATE_AUTH_JWKS_URL", &jwks),
+        ],
+        None,
+    );
+    let iap = "https://cloud.google.com/iap";
+    let alice = google.sign_es256(&claims(iap, IAP_AUDIENCE, "alice@example.com"));
+    let bob = google.sign_es256(&claims(iap, IAP_AUDIENCE, "bob@example.com"));
+    let header = "x-goog-iap-jwt-assertion";
+
+    let (status, _) = post(&server.url, &[], "tools/list", json!({})).await;
+    assert_eq!(status, 401);
+    // A Bearer token, even a valid assertion, is not IAP's header.
+    let (status, _) = post(
+        &server.url,
+        &[("authorization", &format!("Bearer {alice}"))],
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let wrong_aud = google.sign_es256(&claims(iap, "/projects/1/apps/other", "alice@example.com"));
+    let (status, _) = post(
+        &server.url,
+        &[(header, &wrong_aud)],
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    let id = start_job(&server.url, &[(header, &alice)]).await;
+    let (_, theirs) = post(
+        &server.url,
+        &[(header, &bob)],
+        "tasks/cancel",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let (_, mine) = post(
+        &server.url,
+        &[(header, &alice)],
+        "tasks/cancel",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert!(mine.get("result").is_some(), "{mine}");
+    drop(server);
+
+    // Without the mode, the header is not read: Bob's assertion does not make Alice's task
+    // his, and does not keep anyone out (the loopback server is unauthenticated).
+    let open = Server::start(state.path(), None);
+    let id = start_job(&open.url, &[(header, &alice)]).await;
+    let (_, any) = post(&open.url, &[], "tasks/cancel", json!({"taskId": id})).await;
+    assert!(any.get("result").is_some(), "{any}");
+}
