@@ -61,7 +61,7 @@ impl SfnTarget {
     pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, TargetError> {
         let t: SfnTarget = parse_target(crate::KIND, target)?;
         let parts: Vec<&str> = t.state_machine_arn.split(':').collect();
-        if parts.len() < 7
+        if !(7..=8).contains(&parts.len())
             || parts[0] != "arn"
             || parts[2] != "states"
             || parts[5] != "stateMachine"
@@ -70,7 +70,7 @@ impl SfnTarget {
                 "state_machine_arn",
                 format!(
                     "stepfunctions target: state_machine_arn {:?} is not a state machine ARN \
-                     (arn:aws:states:REGION:ACCOUNT:stateMachine:NAME)",
+                     (arn:aws:states:REGION:ACCOUNT:stateMachine:NAME, or with :VERSION or :ALIAS)",
                     t.state_machine_arn
                 ),
             ));
@@ -106,20 +106,35 @@ impl SfnTarget {
         })
     }
 
+    /// The state machine's ARN without a version or alias qualifier: executions started on
+    /// `...:stateMachine:etl:prod` or `...:stateMachine:etl:3` are still `...:execution:etl:NAME`.
+    pub fn unqualified_arn(&self) -> &str {
+        let arn = self.state_machine_arn.as_str();
+        match arn.match_indices(':').nth(6) {
+            Some((at, _)) => &arn[..at],
+            None => arn,
+        }
+    }
+
+    /// The state machine's name (for messages: never the ARN, which names the account).
+    pub fn state_machine_name(&self) -> &str {
+        self.unqualified_arn().rsplit(':').next().unwrap_or("")
+    }
+
     /// The execution ARN a named execution of this state machine has.
     pub(crate) fn execution_arn(&self, name: &str) -> String {
-        self.state_machine_arn
+        self.execution_prefix() + name
+    }
+
+    fn execution_prefix(&self) -> String {
+        self.unqualified_arn()
             .replacen(":stateMachine:", ":execution:", 1)
             + ":"
-            + name
     }
 
     /// Whether an execution ARN belongs to this tool's state machine.
     pub(crate) fn owns(&self, execution_arn: &str) -> bool {
-        let prefix = self
-            .state_machine_arn
-            .replacen(":stateMachine:", ":execution:", 1)
-            + ":";
+        let prefix = self.execution_prefix();
         execution_arn.starts_with(&prefix) && execution_arn.len() > prefix.len()
     }
 }
@@ -160,6 +175,21 @@ mod tests {
         assert!(t.owns("arn:aws:states:eu-west-1:123456789012:execution:etl:run-1"));
         assert!(!t.owns("arn:aws:states:eu-west-1:123456789012:execution:etl2:run-1"));
         assert!(!t.owns("arn:aws:states:eu-west-1:123456789012:execution:etl:"));
+    }
+
+    #[test]
+    fn qualified_arns_start_there_and_own_the_unqualified_executions() {
+        for qualifier in ["prod", "3"] {
+            let t = parse(json!({"state_machine_arn": format!("{ARN}:{qualifier}")})).expect("ok");
+            assert_eq!(t.unqualified_arn(), ARN);
+            assert_eq!(t.state_machine_name(), "etl");
+            assert_eq!(
+                t.execution_arn("run-1"),
+                "arn:aws:states:eu-west-1:123456789012:execution:etl:run-1"
+            );
+            assert!(t.owns("arn:aws:states:eu-west-1:123456789012:execution:etl:run-1"));
+        }
+        assert!(parse(json!({"state_machine_arn": format!("{ARN}:prod:x")})).is_err());
     }
 
     #[test]

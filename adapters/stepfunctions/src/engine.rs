@@ -1,10 +1,17 @@
 //! The [`Engine`] implementation over the Step Functions API.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
 use async_trait::async_trait;
 use aws_config::{BehaviorVersion, Region};
 use aws_sdk_sfn::Client;
+use aws_sdk_sfn::config::retry::RetryConfig;
+use aws_sdk_sfn::config::timeout::TimeoutConfig;
 use aws_sdk_sfn::types::SyncExecutionStatus;
 use chrono::Utc;
+use flowgate_core::pacing::Pacer;
 use flowgate_core::{
     Action, Capabilities, Engine, EngineError, EngineFailure, ExecutionRecord, ExecutionRef,
     ExecutionSummary, InputRequest, InputResponse, ListFilter, StartRequest, Started, TaskState,
@@ -12,11 +19,110 @@ use flowgate_core::{
 use tokio::sync::OnceCell;
 
 use crate::error::{already_exists, classify};
-use crate::history::{self, HistoryView};
+use crate::history::{End, Scan};
 use crate::{KIND, SfnTarget, WorkflowType, mapping};
 
-/// How many history events one read looks at (newest first).
-const HISTORY_PAGE: i32 = 200;
+/// The first page of a history read (newest first): enough for the events since the last
+/// poll in the steady state, small enough to be cheap.
+const FIRST_PAGE: i32 = 100;
+/// Later pages, when the events since the last read (or a first read) need more: AWS's most.
+const NEXT_PAGE: i32 = 1000;
+/// How long a running execution's record answers further polls on this instance without a
+/// new API call: polls of one task from many clients (or one client's retries) within this
+/// window cost one call. Short enough that no client notices.
+pub(crate) const REUSE: Duration = Duration::from_secs(1);
+/// How long a finished execution's record is kept: it can no longer change.
+const FINISHED_KEEP: Duration = Duration::from_secs(600);
+/// Executions whose state this instance keeps at most (beyond it, the least recently used
+/// idle ones are dropped; a dropped one costs a full history read on its next poll).
+const MAX_TRACKED: usize = 10_000;
+
+/// Connection set-up, per call.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// One attempt of one call (the SDK's own retries are off: the server's policy retries).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// StartSyncExecution runs an express workflow to its end: at most five minutes.
+const SYNC_CALL_TIMEOUT: Duration = Duration::from_secs(5 * 60 + 10);
+
+/// The refill rates AWS publishes for the calls one poll costs (standard workflows, calls a
+/// second per account and region). The large regions get more DescribeExecution.
+const GET_EXECUTION_HISTORY_REFILL: f64 = 20.0;
+const DESCRIBE_EXECUTION_REFILL_LARGE: f64 = 15.0;
+const DESCRIBE_EXECUTION_REFILL: f64 = 10.0;
+const LARGE_REGIONS: [&str; 3] = ["us-east-1", "us-west-2", "eu-west-1"];
+
+/// What this instance knows of one execution: the history read so far and the last record.
+/// A process-local cache of what the engine said (never task state: any instance can rebuild
+/// it from the engine, and a lost one costs one longer read).
+#[derive(Debug)]
+struct Tracked {
+    scan: Option<Scan>,
+    record: Option<(Instant, ExecutionRecord)>,
+    used: Instant,
+}
+
+/// The executions this instance polls; one async lock each, so concurrent polls of one
+/// execution make one engine call (single flight) and polls of different ones do not wait.
+#[derive(Debug, Default)]
+struct Executions {
+    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Tracked>>>>,
+}
+
+impl Executions {
+    fn of(&self, execution: &ExecutionRef) -> Arc<tokio::sync::Mutex<Tracked>> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_TRACKED && !map.contains_key(&execution.0) {
+            // Drop the idle ones nobody is polling right now, oldest first.
+            let mut idle: Vec<(String, Instant)> = map
+                .iter()
+                .filter(|(_, t)| Arc::strong_count(t) == 1)
+                .filter_map(|(k, t)| t.try_lock().ok().map(|t| (k.clone(), t.used)))
+                .collect();
+            idle.sort_by_key(|(_, used)| *used);
+            for (k, _) in idle.iter().take(MAX_TRACKED / 10 + 1) {
+                map.remove(k);
+            }
+        }
+        map.entry(execution.0.clone())
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Mutex::new(Tracked {
+                    scan: None,
+                    record: None,
+                    used: Instant::now(),
+                }))
+            })
+            .clone()
+    }
+}
+
+/// One pacer per quota: the account and region behind an endpoint and a role, and the call a
+/// poll costs. Tools on the same state machine account share it, as they share the quota.
+fn pacer_for(target: &SfnTarget) -> Arc<Pacer> {
+    static PACERS: OnceLock<Mutex<HashMap<String, Arc<Pacer>>>> = OnceLock::new();
+    let region = target.region();
+    let refill = if target.history {
+        GET_EXECUTION_HISTORY_REFILL
+    } else if LARGE_REGIONS.contains(&region.as_str()) {
+        DESCRIBE_EXECUTION_REFILL_LARGE
+    } else {
+        DESCRIBE_EXECUTION_REFILL
+    };
+    let account = target.state_machine_arn.split(':').nth(4).unwrap_or("");
+    let key = format!(
+        "{region}|{account}|{}|{}|{}",
+        target.endpoint_url.as_deref().unwrap_or(""),
+        target.role_arn.as_deref().unwrap_or(""),
+        target.history
+    );
+    let mut pacers = PACERS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    pacers
+        .entry(key)
+        .or_insert_with(|| Arc::new(Pacer::new(refill)))
+        .clone()
+}
 
 /// The Step Functions engine bound to one tool's state machine.
 #[derive(Debug)]
@@ -25,14 +131,19 @@ pub struct StepFunctionsEngine {
     /// Built on first use (loading AWS configuration is async and may reach the network for
     /// credentials); a process-local cache of a client, never of task state.
     client: OnceCell<Client>,
+    executions: Executions,
+    pacer: Arc<Pacer>,
 }
 
 impl StepFunctionsEngine {
     /// An engine for `target`; no AWS call is made until the first operation.
     pub fn new(target: SfnTarget) -> Self {
+        let pacer = pacer_for(&target);
         StepFunctionsEngine {
             target,
             client: OnceCell::new(),
+            executions: Executions::default(),
+            pacer,
         }
     }
 
@@ -40,8 +151,17 @@ impl StepFunctionsEngine {
         self.client.get_or_init(|| build_client(&self.target)).await
     }
 
+    /// How many throttled answers this engine's quota has seen (for tests and benchmarks).
+    pub fn throttled_count(&self) -> u64 {
+        self.pacer.throttled_count()
+    }
+
+    /// Names a call for messages: the call and the state machine's name, never its ARN.
     fn what(&self, call: &str) -> String {
-        format!("{call} on {}", self.target.state_machine_arn)
+        format!(
+            "{call} for state machine {}",
+            self.target.state_machine_name()
+        )
     }
 
     fn check_owned(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
@@ -69,19 +189,35 @@ impl StepFunctionsEngine {
             .map_err(|e| classify(e, &self.what("DescribeExecution")))
     }
 
-    async fn history(&self, execution: &ExecutionRef) -> Result<HistoryView, EngineError> {
-        let page = self
-            .client()
-            .await
-            .get_execution_history()
-            .execution_arn(&execution.0)
-            .reverse_order(true)
-            .max_results(HISTORY_PAGE)
-            .include_execution_data(true)
-            .send()
-            .await
-            .map_err(|e| classify(e, &self.what("GetExecutionHistory")))?;
-        Ok(history::read(page.events()))
+    /// Brings `scan` up to the newest event: reads newest first until it reaches the events
+    /// already folded in (one call in the steady state), or the whole history for a scan that
+    /// starts empty. `scan` changes only when every page was read.
+    async fn catch_up(&self, execution: &ExecutionRef, scan: &mut Scan) -> Result<(), EngineError> {
+        let client = self.client().await;
+        let mut events = Vec::new();
+        let mut token: Option<String> = None;
+        let mut page_size = FIRST_PAGE;
+        loop {
+            let page = client
+                .get_execution_history()
+                .execution_arn(&execution.0)
+                .reverse_order(true)
+                .max_results(page_size)
+                .include_execution_data(true)
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| classify(e, &self.what("GetExecutionHistory")))?;
+            let reached = page.events().iter().any(|e| e.id <= scan.last_id + 1);
+            token = page.next_token;
+            events.extend(page.events);
+            if reached || token.is_none() {
+                break;
+            }
+            page_size = NEXT_PAGE;
+        }
+        scan.fold(&events);
+        Ok(())
     }
 
     fn console_url(&self, execution: &ExecutionRef) -> String {
@@ -112,6 +248,124 @@ impl StepFunctionsEngine {
             )),
         }
     }
+
+    /// The record DescribeExecution gives (tools that do not read history: one call a poll).
+    async fn described_record(
+        &self,
+        execution: &ExecutionRef,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let d = self.describe(execution).await?;
+        let created = mapping::time(&d.start_date);
+        let mut record =
+            ExecutionRecord::new(mapping::state(&d.status), d.status.as_str(), created);
+        record.updated_at = d.stop_date.as_ref().map(mapping::time).unwrap_or(created);
+        match record.state {
+            TaskState::Completed => {
+                record.output = Some(mapping::output(
+                    d.output(),
+                    self.target.output_pointer.as_deref(),
+                ));
+            }
+            TaskState::Failed => {
+                let default = if d.status.as_str() == "TIMED_OUT" {
+                    "States.Timeout"
+                } else {
+                    "States.Failed"
+                };
+                record.failure = Some(EngineFailure {
+                    error: d.error().unwrap_or(default).to_owned(),
+                    cause: d.cause().map(str::to_owned),
+                });
+            }
+            TaskState::Working if d.status.as_str() == "PENDING_REDRIVE" => {
+                record.status_message = Some("Redrive pending".into());
+            }
+            _ => {}
+        }
+        Ok(record)
+    }
+
+    /// The record a history scan gives: the state, the open questions and, once the execution
+    /// has ended, its result from the closing event (DescribeExecution only when that event's
+    /// copy of the output was truncated).
+    async fn scanned_record(
+        &self,
+        execution: &ExecutionRef,
+        scan: &Scan,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let created = scan.started.as_ref().map(mapping::time).unwrap_or_default();
+        let updated = scan
+            .last_event
+            .as_ref()
+            .map(mapping::time)
+            .unwrap_or(created)
+            .max(created);
+        let failed =
+            |status: &str, default: &str, error: &Option<String>, cause: &Option<String>| {
+                let mut r = ExecutionRecord::new(TaskState::Failed, status, created);
+                r.failure = Some(EngineFailure {
+                    error: error.clone().unwrap_or_else(|| default.to_owned()),
+                    cause: cause.clone(),
+                });
+                r
+            };
+        let mut record = match &scan.end {
+            Some(End::Succeeded { output }) => {
+                let output = match output {
+                    Some(o) => Some(o.clone()),
+                    None => self.describe(execution).await?.output,
+                };
+                let mut r = ExecutionRecord::new(TaskState::Completed, "SUCCEEDED", created);
+                r.output = Some(mapping::output(
+                    output.as_deref(),
+                    self.target.output_pointer.as_deref(),
+                ));
+                r
+            }
+            Some(End::Failed { error, cause }) => failed("FAILED", "States.Failed", error, cause),
+            Some(End::TimedOut { error, cause }) => {
+                failed("TIMED_OUT", "States.Timeout", error, cause)
+            }
+            Some(End::Aborted) => ExecutionRecord::new(TaskState::Cancelled, "ABORTED", created),
+            None => {
+                let mut r = ExecutionRecord::new(TaskState::Working, "RUNNING", created);
+                r.status_message = scan.current_state.as_ref().map(|s| format!("In state {s}"));
+                r.input_requests = scan
+                    .pending()
+                    .map(|p| InputRequest {
+                        key: p.key.clone(),
+                        message: p.message.clone(),
+                        requested_schema: p.requested_schema.clone(),
+                    })
+                    .collect();
+                if !r.input_requests.is_empty() {
+                    r.state = TaskState::InputRequired;
+                }
+                r
+            }
+        };
+        record.updated_at = updated;
+        Ok(record)
+    }
+
+    /// Reads the execution afresh: one call in the steady state.
+    async fn read(
+        &self,
+        execution: &ExecutionRef,
+        tracked: &mut Tracked,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let mut record = if self.target.history {
+            let mut scan = tracked.scan.clone().unwrap_or_default();
+            self.catch_up(execution, &mut scan).await?;
+            let record = self.scanned_record(execution, &scan).await?;
+            tracked.scan = Some(scan);
+            record
+        } else {
+            self.described_record(execution).await?
+        };
+        record.console_url = Some(self.console_url(execution));
+        Ok(record)
+    }
 }
 
 /// The name prefix of the unnamed executions started for a principal: `fg-<tag>-`.
@@ -124,8 +378,17 @@ fn principal_prefix(principal_digest: &str) -> String {
 const LIST_SCAN_LIMIT: usize = 10_000;
 
 async fn build_client(target: &SfnTarget) -> Client {
-    let mut loader =
-        aws_config::defaults(BehaviorVersion::latest()).region(Region::new(target.region()));
+    // Every call has a deadline, and the SDK does not retry on its own: the server's policy
+    // retries (with the call's idempotency key for starts), so attempts never multiply.
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(CALL_TIMEOUT)
+        .operation_timeout(CALL_TIMEOUT)
+        .build();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(target.region()))
+        .timeout_config(timeouts)
+        .retry_config(RetryConfig::disabled());
     if let Some(url) = &target.endpoint_url {
         loader = loader.endpoint_url(url);
     }
@@ -185,7 +448,7 @@ impl Engine for StepFunctionsEngine {
             .start_execution()
             .state_machine_arn(&self.target.state_machine_arn)
             .name(&name)
-            .input(input)
+            .input(&input)
             .send()
             .await;
         match sent {
@@ -193,15 +456,30 @@ impl Engine for StepFunctionsEngine {
                 execution: ExecutionRef(out.execution_arn),
                 created_at: mapping::time(&out.start_date),
             }),
-            // A retried call with a named execution reaches the execution it started before.
+            // AWS says this both for a retry of this call (the same name and input) and for a
+            // different call whose name renders the same, or an execution of that name that
+            // has closed: only the same input is the same call.
             Err(e) if already_exists(&e) => {
                 let execution = ExecutionRef(self.target.execution_arn(&name));
                 let d = self.describe(&execution).await?;
-                tracing::info!(execution = %execution, "start reached an existing execution of the same name");
-                Ok(Started {
-                    execution,
-                    created_at: mapping::time(&d.start_date),
-                })
+                if d.input().is_some_and(|i| mapping::same_input(i, &input)) {
+                    tracing::info!(execution = %execution, "start reached the execution an earlier attempt started");
+                    Ok(Started {
+                        execution,
+                        created_at: mapping::time(&d.start_date),
+                    })
+                } else {
+                    Err(EngineError::InvalidInput {
+                        engine: KIND,
+                        message: format!(
+                            "state machine {} already has an execution named {name}, started \
+                             {} with other arguments; a call with different arguments needs an \
+                             execution name of its own (the tool's execution_name template)",
+                            self.target.state_machine_name(),
+                            mapping::time(&d.start_date).to_rfc3339(),
+                        ),
+                    })
+                }
             }
             Err(e) => Err(classify(e, &self.what("StartExecution"))),
         }
@@ -217,6 +495,16 @@ impl Engine for StepFunctionsEngine {
             .state_machine_arn(&self.target.state_machine_arn)
             .name(name)
             .input(input)
+            .customize()
+            .config_override(
+                aws_sdk_sfn::config::Builder::default().timeout_config(
+                    TimeoutConfig::builder()
+                        .connect_timeout(CONNECT_TIMEOUT)
+                        .operation_attempt_timeout(SYNC_CALL_TIMEOUT)
+                        .operation_timeout(SYNC_CALL_TIMEOUT)
+                        .build(),
+                ),
+            )
             .send()
             .await
             .map_err(|e| classify(e, &self.what("StartSyncExecution")))?;
@@ -256,55 +544,47 @@ impl Engine for StepFunctionsEngine {
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         self.check_owned(execution)?;
-        let d = self.describe(execution).await?;
-        let created = mapping::time(&d.start_date);
-        let mut record =
-            ExecutionRecord::new(mapping::state(&d.status), d.status.as_str(), created);
-        record.updated_at = d.stop_date.as_ref().map(mapping::time).unwrap_or(created);
-        record.console_url = Some(self.console_url(execution));
-        match record.state {
-            TaskState::Completed => {
-                record.output = Some(mapping::output(
-                    d.output(),
-                    self.target.output_pointer.as_deref(),
-                ));
+        let tracked = self.executions.of(execution);
+        let mut tracked = tracked.lock().await;
+        tracked.used = Instant::now();
+        if let Some((at, record)) = &tracked.record {
+            let keep = if record.state.is_terminal() {
+                FINISHED_KEEP
+            } else {
+                REUSE
+            };
+            if at.elapsed() < keep {
+                return Ok(record.clone());
             }
-            TaskState::Failed => {
-                let default = if d.status.as_str() == "TIMED_OUT" {
-                    "States.Timeout"
-                } else {
-                    "States.Failed"
-                };
-                record.failure = Some(EngineFailure {
-                    error: d.error().unwrap_or(default).to_owned(),
-                    cause: d.cause().map(str::to_owned),
-                });
-            }
-            TaskState::Working if d.status.as_str() == "PENDING_REDRIVE" => {
-                record.status_message = Some("Redrive pending".into());
-            }
-            TaskState::Working if self.target.history => {
-                let view = self.history(execution).await?;
-                if let Some(at) = &view.last_event {
-                    record.updated_at = mapping::time(at).max(created);
-                }
-                record.status_message = view.current_state.map(|s| format!("In state {s}"));
-                if !view.pending.is_empty() {
-                    record.state = TaskState::InputRequired;
-                    record.input_requests = view
-                        .pending
-                        .into_iter()
-                        .map(|p| InputRequest {
-                            key: p.key,
-                            message: p.message,
-                            requested_schema: p.requested_schema,
-                        })
-                        .collect();
-                }
-            }
-            _ => {}
         }
-        Ok(record)
+        match self.read(execution, &mut tracked).await {
+            Ok(mut record) => {
+                if !record.state.is_terminal() {
+                    self.pacer.polled(&execution.0);
+                    record.min_poll_interval = Some(self.pacer.interval());
+                }
+                tracked.record = Some((Instant::now(), record.clone()));
+                Ok(record)
+            }
+            // Throttled: the account's quota is spent. The task is as last seen (a throttled
+            // read changes nothing), and clients are asked to come back later.
+            Err(EngineError::Throttled { .. }) => {
+                self.pacer.throttled();
+                let interval = self.pacer.interval();
+                match &tracked.record {
+                    Some((_, last)) => {
+                        let mut record = last.clone();
+                        record.min_poll_interval = Some(interval);
+                        Ok(record)
+                    }
+                    None => Err(EngineError::Throttled {
+                        engine: KIND,
+                        retry_after: Some(interval),
+                    }),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn respond(
@@ -314,8 +594,16 @@ impl Engine for StepFunctionsEngine {
         response: InputResponse,
     ) -> Result<(), EngineError> {
         self.check_owned(execution)?;
-        let view = self.history(execution).await?;
-        let Some(pending) = view.pending.into_iter().find(|p| p.key == key) else {
+        let tracked = self.executions.of(execution);
+        let mut tracked = tracked.lock().await;
+        // Only a wait the whole history shows open is answered: a key that is not (or no
+        // longer) outstanding is NotFound, never reported as delivered.
+        let mut scan = tracked.scan.clone().unwrap_or_default();
+        self.catch_up(execution, &mut scan).await?;
+        let pending = scan.pending().find(|p| p.key == key).cloned();
+        tracked.scan = Some(scan);
+        tracked.record = None;
+        let Some(pending) = pending else {
             return Err(EngineError::NotFound {
                 engine: KIND,
                 what: format!("no open input state {key}"),
@@ -360,6 +648,8 @@ impl Engine for StepFunctionsEngine {
 
     async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
         self.check_owned(execution)?;
+        let tracked = self.executions.of(execution);
+        tracked.lock().await.record = None;
         self.client()
             .await
             .stop_execution()
@@ -388,7 +678,7 @@ impl Engine for StepFunctionsEngine {
                 .client()
                 .await
                 .list_executions()
-                .state_machine_arn(&self.target.state_machine_arn)
+                .state_machine_arn(self.target.unqualified_arn())
                 .max_results(1000)
                 .set_next_token(token.take())
                 .send()

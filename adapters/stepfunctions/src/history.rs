@@ -1,7 +1,7 @@
 //! Reading an execution's history: which state it is in, and which flowgate input states wait
 //! on a task token.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_sfn::types::{HistoryEvent, HistoryEventType};
 use serde_json::Value;
@@ -16,19 +16,46 @@ pub(crate) struct PendingInput {
     pub(crate) requested_schema: Value,
 }
 
-/// What the history says about a running execution.
-#[derive(Debug, Default)]
-pub(crate) struct HistoryView {
+/// How an execution ended, from its closing history event.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum End {
+    /// `ExecutionSucceeded`; `output` is `None` when the event's copy was truncated (or left
+    /// out), so the output must be read with DescribeExecution.
+    Succeeded { output: Option<String> },
+    /// `ExecutionFailed`.
+    Failed {
+        error: Option<String>,
+        cause: Option<String>,
+    },
+    /// `ExecutionTimedOut`.
+    TimedOut {
+        error: Option<String>,
+        cause: Option<String>,
+    },
+    /// `ExecutionAborted` (StopExecution).
+    Aborted,
+}
+
+/// What the history says about an execution, folded in event by event. A history only grows,
+/// so a scan up to event `n` stays true: the next read needs only the events after `n`
+/// (usually one page, one API call), however long the history is.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Scan {
+    /// The newest event folded in (0: none).
+    pub(crate) last_id: i64,
+    pub(crate) started: Option<aws_sdk_sfn::primitives::DateTime>,
     pub(crate) current_state: Option<String>,
-    pub(crate) pending: Vec<PendingInput>,
     pub(crate) last_event: Option<aws_sdk_sfn::primitives::DateTime>,
+    pub(crate) end: Option<End>,
+    /// Open input states, by their TaskScheduled event id.
+    open: BTreeMap<i64, PendingInput>,
+    /// Every event that continues an open input state's chain (its TaskScheduled, TaskStarted,
+    /// TaskSubmitted, ...), mapped to that TaskScheduled id: an event whose previous event is
+    /// in here belongs to the same state, wherever it is in a Parallel's interleaving.
+    chains: HashMap<i64, i64>,
 }
 
-/// The key an input request has for the TaskScheduled event `id`.
-pub(crate) fn key_for(id: i64) -> String {
-    format!("sfn-{id}")
-}
-
+/// The events that end a task state's wait for its token.
 fn closes_a_task(t: &HistoryEventType) -> bool {
     matches!(
         t,
@@ -37,60 +64,101 @@ fn closes_a_task(t: &HistoryEventType) -> bool {
             | HistoryEventType::TaskTimedOut
             | HistoryEventType::TaskStartFailed
             | HistoryEventType::TaskSubmitFailed
+            | HistoryEventType::TaskStateAborted
+            | HistoryEventType::TaskStateExited
     )
 }
 
-/// Reads a page of history (in any order).
-pub(crate) fn read(events: &[HistoryEvent]) -> HistoryView {
-    let mut view = HistoryView::default();
-    let prev: HashMap<i64, i64> = events.iter().map(|e| (e.id, e.previous_event_id)).collect();
-    let kind: HashMap<i64, &HistoryEventType> = events.iter().map(|e| (e.id, &e.r#type)).collect();
-    // Every TaskScheduled that a later success, failure or time-out closes, found by walking the
-    // previous-event chain back from the closing event.
-    let mut closed = HashSet::new();
-    for e in events.iter().filter(|e| closes_a_task(&e.r#type)) {
-        let mut id = e.previous_event_id;
-        for _ in 0..16 {
-            match kind.get(&id) {
-                Some(HistoryEventType::TaskScheduled) => {
-                    closed.insert(id);
-                    break;
-                }
-                Some(_) => id = prev.get(&id).copied().unwrap_or(0),
-                None => break,
-            }
+impl Scan {
+    /// The open input states, oldest first.
+    pub(crate) fn pending(&self) -> impl Iterator<Item = &PendingInput> {
+        self.open.values()
+    }
+
+    /// Folds in `events`, in any order; events at or before [`Scan::last_id`] are skipped.
+    pub(crate) fn fold(&mut self, events: &[HistoryEvent]) {
+        let mut new: Vec<&HistoryEvent> = events.iter().filter(|e| e.id > self.last_id).collect();
+        new.sort_by_key(|e| e.id);
+        for e in new {
+            self.fold_one(e);
         }
     }
-    let mut sorted: Vec<&HistoryEvent> = events.iter().collect();
-    sorted.sort_by_key(|e| e.id);
-    for e in sorted {
-        view.last_event = Some(e.timestamp);
+
+    fn fold_one(&mut self, e: &HistoryEvent) {
+        self.last_id = e.id;
+        self.last_event = Some(e.timestamp);
         if let Some(d) = &e.state_entered_event_details {
-            view.current_state = Some(d.name.clone());
+            self.current_state = Some(d.name.clone());
         }
-        if e.r#type != HistoryEventType::TaskScheduled || closed.contains(&e.id) {
-            continue;
+        match &e.r#type {
+            HistoryEventType::ExecutionStarted => self.started = Some(e.timestamp),
+            HistoryEventType::ExecutionSucceeded => {
+                let d = e.execution_succeeded_event_details.as_ref();
+                let truncated = d
+                    .and_then(|d| d.output_details.as_ref())
+                    .is_some_and(|o| o.truncated);
+                let output = d.and_then(|d| d.output.clone()).filter(|_| !truncated);
+                self.close_all(End::Succeeded { output });
+            }
+            HistoryEventType::ExecutionFailed => {
+                let d = e.execution_failed_event_details.as_ref();
+                self.close_all(End::Failed {
+                    error: d.and_then(|d| d.error.clone()),
+                    cause: d.and_then(|d| d.cause.clone()),
+                });
+            }
+            HistoryEventType::ExecutionTimedOut => {
+                let d = e.execution_timed_out_event_details.as_ref();
+                self.close_all(End::TimedOut {
+                    error: d.and_then(|d| d.error.clone()),
+                    cause: d.and_then(|d| d.cause.clone()),
+                });
+            }
+            HistoryEventType::ExecutionAborted => self.close_all(End::Aborted),
+            // A redrive runs the failed states again: the execution is open once more.
+            HistoryEventType::ExecutionRedriven => self.end = None,
+            HistoryEventType::TaskScheduled => {
+                if let Some(pending) = input_request(e) {
+                    self.chains.insert(e.id, e.id);
+                    self.open.insert(e.id, pending);
+                }
+            }
+            _ => {}
         }
-        let Some(params) = e
-            .task_scheduled_event_details
-            .as_ref()
-            .map(|d| d.parameters.as_str())
-        else {
-            continue;
+        let Some(&root) = self.chains.get(&e.previous_event_id) else {
+            return;
         };
-        let Ok(params) = serde_json::from_str::<Value>(params) else {
-            continue;
-        };
-        if let Some((token, message, requested_schema)) = find_input_block(&params) {
-            view.pending.push(PendingInput {
-                key: key_for(e.id),
-                token,
-                message,
-                requested_schema,
-            });
+        if closes_a_task(&e.r#type) {
+            self.open.remove(&root);
+            self.chains.retain(|_, r| *r != root);
+        } else if e.r#type != HistoryEventType::TaskScheduled {
+            self.chains.insert(e.id, root);
         }
     }
-    view
+
+    fn close_all(&mut self, end: End) {
+        self.end = Some(end);
+        self.open.clear();
+        self.chains.clear();
+    }
+}
+
+/// The input request a TaskScheduled event carries, if its parameters hold a flowgate block.
+fn input_request(e: &HistoryEvent) -> Option<PendingInput> {
+    let params = e.task_scheduled_event_details.as_ref()?.parameters.as_str();
+    let params = serde_json::from_str::<Value>(params).ok()?;
+    let (token, message, requested_schema) = find_input_block(&params)?;
+    Some(PendingInput {
+        key: key_for(e.id),
+        token,
+        message,
+        requested_schema,
+    })
+}
+
+/// The key an input request has for the TaskScheduled event `id`.
+pub(crate) fn key_for(id: i64) -> String {
+    format!("sfn-{id}")
 }
 
 /// Finds an object holding both a task token and a `flowgate` block, anywhere in the state's
@@ -128,6 +196,12 @@ fn find_input_block(v: &Value) -> Option<(String, String, Value)> {
 mod tests {
     use super::*;
     use aws_sdk_sfn::primitives::DateTime;
+
+    fn read(events: &[HistoryEvent]) -> Scan {
+        let mut scan = Scan::default();
+        scan.fold(events);
+        scan
+    }
     use aws_sdk_sfn::types::{StateEnteredEventDetails, TaskScheduledEventDetails};
     use serde_json::json;
 
@@ -181,10 +255,11 @@ mod tests {
         ];
         let view = read(&events);
         assert_eq!(view.current_state.as_deref(), Some("Approve"));
-        assert_eq!(view.pending.len(), 1);
-        assert_eq!(view.pending[0].key, "sfn-3");
-        assert_eq!(view.pending[0].token, "tok-1");
-        assert_eq!(view.pending[0].message, "Go?");
+        let pending: Vec<_> = view.pending().collect();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].key, "sfn-3");
+        assert_eq!(pending[0].token, "tok-1");
+        assert_eq!(pending[0].message, "Go?");
     }
 
     #[test]
@@ -199,7 +274,7 @@ mod tests {
         ];
         events.reverse();
         let view = read(&events);
-        assert!(view.pending.is_empty());
+        assert_eq!(view.pending().count(), 0);
         assert_eq!(view.current_state.as_deref(), Some("Deploy"));
     }
 
@@ -210,11 +285,66 @@ mod tests {
             2,
             json!({"FunctionName": "f", "Payload": {"TaskToken": "t"}}),
         )];
-        assert!(read(&events).pending.is_empty());
+        assert_eq!(read(&events).pending().count(), 0);
         let as_string = json!({"MessageBody": ask("tok-2")["MessageBody"].to_string()});
+        let view = read(&[scheduled(3, 2, as_string)]);
         assert_eq!(
-            read(&[scheduled(3, 2, as_string)]).pending[0].token,
-            "tok-2"
+            view.pending().next().map(|p| p.token.as_str()),
+            Some("tok-2")
         );
+    }
+
+    /// A Parallel: branch A waits on a token, branch B writes hundreds of events in between,
+    /// read in pages of 50 the way the engine reads them (newest first, folded oldest first).
+    #[test]
+    fn a_wait_stays_open_behind_a_chatty_branch_whatever_the_paging() {
+        let mut events = vec![
+            event(1, 0, HistoryEventType::ExecutionStarted),
+            entered(2, "Approve"),
+            scheduled(3, 2, ask("tok-1")),
+            event(4, 3, HistoryEventType::TaskStarted),
+            event(5, 4, HistoryEventType::TaskSubmitted),
+        ];
+        // Branch B: a chain of its own, starting from event 2's sibling.
+        for id in 6..600 {
+            let prev = if id == 6 { 1 } else { id - 1 };
+            events.push(event(id, prev, HistoryEventType::PassStateExited));
+        }
+        let mut scan = Scan::default();
+        for chunk in events.chunks(50) {
+            scan.fold(chunk);
+            assert_eq!(
+                scan.pending().count(),
+                1,
+                "open after event {}",
+                scan.last_id
+            );
+        }
+        // Branch B fails; the Parallel aborts branch A's task state.
+        scan.fold(&[event(600, 5, HistoryEventType::TaskStateAborted)]);
+        assert_eq!(scan.pending().count(), 0);
+        // Events already folded are never folded twice.
+        scan.fold(&events);
+        assert_eq!(scan.pending().count(), 0);
+        assert_eq!(scan.last_id, 600);
+    }
+
+    #[test]
+    fn a_timed_out_wait_closes_and_the_end_is_read() {
+        let mut scan = Scan::default();
+        scan.fold(&[
+            event(1, 0, HistoryEventType::ExecutionStarted),
+            entered(2, "Approve"),
+            scheduled(3, 2, ask("tok-1")),
+            event(4, 3, HistoryEventType::TaskStarted),
+            event(5, 4, HistoryEventType::TaskSubmitted),
+        ]);
+        assert_eq!(scan.pending().count(), 1);
+        scan.fold(&[event(6, 5, HistoryEventType::TaskTimedOut)]);
+        assert_eq!(scan.pending().count(), 0);
+        assert!(scan.end.is_none());
+        scan.fold(&[event(7, 6, HistoryEventType::ExecutionAborted)]);
+        assert_eq!(scan.end, Some(End::Aborted));
+        assert_eq!(scan.started, Some(DateTime::from_secs(1_001)));
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! | flowgate | Step Functions |
 //! |---|---|
-//! | start | `StartExecution` (a named, idempotent start when the tool has an `execution_name` template) |
-//! | get | `DescribeExecution`; while RUNNING also `GetExecutionHistory` (current state, pending input) |
+//! | start | `StartExecution`, always named: the tool's `execution_name` template, else the call's idempotency key |
+//! | get | `GetExecutionHistory`, newest first, from where this instance last read (`DescribeExecution` with `history: false`) |
 //! | respond | `SendTaskSuccess` (accept) / `SendTaskFailure` (decline, cancel) with the waiting task token |
 //! | cancel | `StopExecution` |
 //! | list | `ListExecutions` |
@@ -13,6 +13,37 @@
 //! Status mapping: RUNNING and PENDING_REDRIVE -> working (input_required while a flowgate
 //! input state waits on its task token), SUCCEEDED -> completed, FAILED and TIMED_OUT -> failed,
 //! ABORTED -> cancelled, anything else -> unknown.
+//!
+//! **Exactly-once starts.** Every start is named, so a retried start (a lost answer, a timeout)
+//! meets `ExecutionAlreadyExists`; the engine then describes that execution and adopts it only
+//! when its input is the call's. Another input under the same name is a tool error naming the
+//! clash, never another caller's execution. Template names that cleaning changed (`ann lee`,
+//! `ann/lee`) or that were cut at 80 characters end with a digest of the rendered text, so
+//! different values never share a name.
+//!
+//! **One call a poll.** A history only grows, so each instance keeps, per execution, what it
+//! has folded in (the open waits, the current state, the end) and reads only the newer events:
+//! one `GetExecutionHistory` page per poll in the steady state, however long the history, and
+//! every open wait is found (a full read when an instance first sees an execution). The closing
+//! event carries the result, so a finished execution costs one call, then none: its record is
+//! kept. Polls of one execution on one instance share one call (single flight), and a record
+//! answers further polls for 1 s. Waits close on `TaskSucceeded`, `TaskFailed`,
+//! `TaskTimedOut`, `TaskStateAborted` (a Parallel's failed sibling) and the execution's end.
+//!
+//! **Quota.** AWS throttles per account with token buckets (GetExecutionHistory refills
+//! 20/s, DescribeExecution 15/s in the large regions and 10/s elsewhere). The advertised
+//! `pollIntervalMs` keeps this instance's polls within 80% of that refill (500 running
+//! executions: about 31 s), and doubles for every throttled answer (calming down after 20 s
+//! without one); a throttled poll answers with the task as last seen, never an error.
+//! Every call has a deadline (3 s to connect, 5 s an attempt; StartSyncExecution 5 min), and
+//! the SDK's own retries are off: the server's retry policy is the only one.
+//!
+//! **Client text.** Messages name the call and the state machine's name; ARNs and account ids
+//! in AWS's messages are cut down to the resource (`execution:etl:run-1`) and masked. The full
+//! error goes to the log.
+//!
+//! **Versions and aliases.** A `state_machine_arn` may carry `:VERSION` or `:ALIAS`: starts
+//! go there, executions are the unqualified machine's.
 //!
 //! **Input states.** A `.waitForTaskToken` state asks the client a question when its
 //! `Parameters` hold, anywhere, an object with the task token and a `flowgate` block:
@@ -50,7 +81,7 @@ mod sync_host;
 
 pub use config::{SfnTarget, WorkflowType};
 pub use engine::StepFunctionsEngine;
-pub use policy::policies;
+pub use policy::{granted_actions, policies};
 
 /// The engine kind manifests name: `engine: stepfunctions`.
 pub const KIND: &str = "stepfunctions";

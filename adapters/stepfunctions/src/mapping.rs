@@ -46,8 +46,17 @@ pub(crate) fn check_template(template: &str) -> Result<(), String> {
     }
 }
 
+/// The longest execution name Step Functions takes.
+const NAME_MAX: usize = 80;
+/// Hex digits of the digest a cleaned or cut name carries.
+const DIGEST_LEN: usize = 10;
+
 /// Renders an execution name from a template and the call's arguments. Step Functions names
-/// are 1-80 characters of letters, digits, `-` and `_`: anything else becomes `-`.
+/// are 1-80 characters; flowgate keeps to letters, digits, `-` and `_` (anything else becomes
+/// `-`). Cleaning and cutting map different values to one string ("ann lee", "ann/lee"), and
+/// equal names would make two different calls one execution: when either changed the rendered
+/// text, the name ends with a digest of the text as rendered, so names differ whenever the
+/// values do.
 pub(crate) fn render_name(template: &str, arguments: &Value) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = template;
@@ -65,7 +74,7 @@ pub(crate) fn render_name(template: &str, arguments: &Value) -> Result<String, S
         rest = &rest[end + 1..];
     }
     out.push_str(rest);
-    let name: String = out
+    let clean: String = out
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -74,12 +83,31 @@ pub(crate) fn render_name(template: &str, arguments: &Value) -> Result<String, S
                 '-'
             }
         })
-        .take(80)
         .collect();
-    if name.is_empty() {
-        Err("execution_name renders empty".into())
-    } else {
-        Ok(name)
+    if clean.is_empty() {
+        return Err("execution_name renders empty".into());
+    }
+    if clean == out && clean.len() <= NAME_MAX {
+        return Ok(clean);
+    }
+    use sha2::Digest;
+    let digest: String = sha2::Sha256::digest(out.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let keep = NAME_MAX - DIGEST_LEN - 1;
+    let head: String = clean.chars().take(keep).collect();
+    Ok(format!("{head}-{}", &digest[..DIGEST_LEN]))
+}
+
+/// Whether two execution inputs are the same JSON value (Step Functions may re-serialise).
+pub(crate) fn same_input(a: &str, b: &str) -> bool {
+    match (
+        serde_json::from_str::<Value>(a),
+        serde_json::from_str::<Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
 }
 
@@ -130,7 +158,7 @@ mod tests {
 
     #[test]
     fn names_render_from_arguments_and_are_sanitised() {
-        let args = json!({"service": "web api", "version": 42});
+        let args = json!({"service": "web-api", "version": 42});
         assert_eq!(
             render_name("deploy-{service}-{version}", &args).expect("ok"),
             "deploy-web-api-42"
@@ -140,10 +168,38 @@ mod tests {
                 .expect_err("missing")
                 .contains("missing")
         );
-        assert_eq!(render_name(&"a".repeat(100), &args).expect("ok").len(), 80);
         assert!(check_template("a{b}c").is_ok());
         assert!(check_template("a{b").is_err());
         assert!(check_template("a}b").is_err());
+    }
+
+    #[test]
+    fn values_that_clean_or_cut_to_one_string_still_get_different_names() {
+        let name = |v: &str| render_name("run-{who}", &json!({"who": v})).expect("ok");
+        let names = [name("ann lee"), name("ann/lee"), name("ann-lee")];
+        assert_eq!(
+            names[2], "run-ann-lee",
+            "a clean value keeps its plain name"
+        );
+        assert!(names[0].starts_with("run-ann-lee-"), "{}", names[0]);
+        assert_ne!(names[0], names[1]);
+        assert_ne!(names[0], names[2]);
+        assert_ne!(names[1], names[2]);
+        let long_a = name(&format!("{}a", "x".repeat(100)));
+        let long_b = name(&format!("{}b", "x".repeat(100)));
+        assert_eq!(long_a.len(), 80);
+        assert_ne!(long_a, long_b);
+        assert_eq!(
+            name("ann lee"),
+            names[0],
+            "the same values make the same name"
+        );
+    }
+
+    #[test]
+    fn inputs_compare_as_json() {
+        assert!(same_input(r#"{"a":1,"b":[2]}"#, r#"{ "b": [2], "a": 1 }"#));
+        assert!(!same_input(r#"{"a":1}"#, r#"{"a":2}"#));
     }
 
     #[test]

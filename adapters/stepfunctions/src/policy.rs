@@ -37,39 +37,56 @@ fn document(statements: Vec<Value>) -> Value {
     json!({"Version": "2012-10-17", "Statement": statements})
 }
 
-/// The statements for tools whose calls use flowgate's own credentials.
+/// The statements for tools whose calls use flowgate's own credentials, held to the Service
+/// Authorization Reference for Step Functions: each action on the resource types it supports,
+/// and `*` for the actions that support none.
+///
+/// - `StartExecution`, `ListExecutions`, `StartSyncExecution`: the state machine (and, for a
+///   tool started on a version or alias, that qualified ARN too).
+/// - `DescribeExecution`, `GetExecutionHistory`, `StopExecution`: executions, whose ARNs are
+///   always the unqualified machine's (`...:execution:NAME:*`).
+/// - `SendTaskSuccess`, `SendTaskFailure`: no resource type; the task token authorizes the
+///   call, and a statement scoped to a state machine would deny them at run time.
+///
+/// These are exactly the calls the engine makes (a test records them against moto).
 fn statements(targets: &[&SfnTarget]) -> Vec<Value> {
-    let mut standard = BTreeSet::new();
+    let mut machines = BTreeSet::new();
+    let mut executions = BTreeSet::new();
     let mut express = BTreeSet::new();
     for t in targets {
-        match t.workflow_type {
-            WorkflowType::Standard => standard.insert(t.state_machine_arn.clone()),
-            WorkflowType::Express => express.insert(t.state_machine_arn.clone()),
+        let set = match t.workflow_type {
+            WorkflowType::Standard => {
+                executions.insert(
+                    t.unqualified_arn()
+                        .replacen(":stateMachine:", ":execution:", 1)
+                        + ":*",
+                );
+                &mut machines
+            }
+            WorkflowType::Express => &mut express,
         };
+        set.insert(t.state_machine_arn.clone());
+        set.insert(t.unqualified_arn().to_owned());
     }
     let mut out = Vec::new();
-    if !standard.is_empty() {
-        let executions: Vec<String> = standard
-            .iter()
-            .map(|arn| arn.replacen(":stateMachine:", ":execution:", 1) + ":*")
-            .collect();
+    if !machines.is_empty() {
         out.push(json!({
             "Sid": "FlowgateStartAndListExecutions",
             "Effect": "Allow",
             "Action": ["states:ListExecutions", "states:StartExecution"],
-            "Resource": standard.iter().collect::<Vec<_>>(),
+            "Resource": machines.iter().collect::<Vec<_>>(),
         }));
         out.push(json!({
             "Sid": "FlowgateFollowAndStopExecutions",
             "Effect": "Allow",
             "Action": ["states:DescribeExecution", "states:GetExecutionHistory", "states:StopExecution"],
-            "Resource": executions,
+            "Resource": executions.iter().collect::<Vec<_>>(),
         }));
         out.push(json!({
             "Sid": "FlowgateAnswerInputStates",
             "Effect": "Allow",
             "Action": ["states:SendTaskFailure", "states:SendTaskSuccess"],
-            "Resource": standard.iter().collect::<Vec<_>>(),
+            "Resource": "*",
         }));
     }
     if !express.is_empty() {
@@ -81,6 +98,21 @@ fn statements(targets: &[&SfnTarget]) -> Vec<Value> {
         }));
     }
     out
+}
+
+/// Every Step Functions action the policies can grant (for the test that holds them to the
+/// calls the engine makes).
+pub fn granted_actions() -> &'static [&'static str] {
+    &[
+        "DescribeExecution",
+        "GetExecutionHistory",
+        "ListExecutions",
+        "SendTaskFailure",
+        "SendTaskSuccess",
+        "StartExecution",
+        "StartSyncExecution",
+        "StopExecution",
+    ]
 }
 
 #[cfg(test)]
@@ -115,6 +147,7 @@ mod tests {
             json!(["states:StartSyncExecution"])
         );
         assert_eq!(statements[3]["Resource"], json!([fast]));
+        assert_eq!(statements[2]["Resource"], json!("*"));
         assert!(p["roles"].as_object().expect("roles").is_empty());
         let all: Vec<&str> = statements
             .iter()
@@ -124,6 +157,24 @@ mod tests {
         assert!(
             !all.iter().any(|a| a.ends_with('*')),
             "no wildcard actions: {all:?}"
+        );
+    }
+
+    #[test]
+    fn a_qualified_machine_starts_there_and_follows_unqualified_executions() {
+        let alias = "arn:aws:states:eu-west-1:111111111111:stateMachine:etl:prod";
+        let p = policies(&[target(alias, json!({}))]);
+        let statements = p["function"]["Statement"].as_array().expect("statements");
+        assert_eq!(
+            statements[0]["Resource"],
+            json!([
+                "arn:aws:states:eu-west-1:111111111111:stateMachine:etl",
+                alias
+            ])
+        );
+        assert_eq!(
+            statements[1]["Resource"],
+            json!(["arn:aws:states:eu-west-1:111111111111:execution:etl:*"])
         );
     }
 

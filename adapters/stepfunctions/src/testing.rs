@@ -145,3 +145,113 @@ pub fn asks(queue_url: &str, message: &str) -> Value {
         }
     })
 }
+
+/// The environment variable naming the AWS-faithful proxy in front of moto
+/// (`tests/fakes/aws/sfn_proxy.py`: paging, throttling, stalls, dropped answers, call counts).
+pub const PROXY_ENV: &str = "FLOWGATE_TEST_SFN_PROXY_URL";
+
+/// The proxy's URL.
+///
+/// # Panics
+/// When the variable is missing, saying how to run the proxy.
+pub fn proxy_url() -> String {
+    match std::env::var(PROXY_ENV) {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "{PROXY_ENV} is not set: this test needs the AWS-faithful proxy in front of moto. Run \
+             scripts/test (it starts both), or start moto (see {MOTO_ENV}) and then \
+             `python3 tests/fakes/aws/sfn_proxy.py --port 5001 --upstream $FLOWGATE_TEST_MOTO_URL` \
+             and set {PROXY_ENV}=http://127.0.0.1:5001"
+        ),
+    }
+}
+
+/// One scope of the proxy: an account of its own (buckets, counters, stalls, drops).
+#[derive(Debug, Clone)]
+pub struct ProxyScope {
+    /// The endpoint URL a client of this scope uses.
+    pub endpoint: String,
+    control: String,
+}
+
+impl ProxyScope {
+    /// A fresh scope named after `prefix`, configured with `config` (see the proxy's
+    /// docstring: `scale`, `buckets`, `stall`, `drop`).
+    ///
+    /// # Panics
+    /// When the proxy does not take the configuration.
+    pub async fn new(prefix: &str, config: Value) -> Self {
+        let proxy = proxy_url();
+        let proxy = proxy.trim_end_matches('/');
+        let name = unique(prefix);
+        let control = format!("{proxy}/_proxy/scopes/{name}");
+        let response = reqwest::Client::new()
+            .post(&control)
+            .json(&config)
+            .send()
+            .await
+            .expect("configure the proxy scope");
+        assert!(
+            response.status().is_success(),
+            "proxy scope: HTTP {}",
+            response.status()
+        );
+        ProxyScope {
+            endpoint: format!("{proxy}/scope/{name}"),
+            control,
+        }
+    }
+
+    /// What the proxy has seen of this scope: `{"calls": {op: n}, "throttled": ..., ...}`.
+    ///
+    /// # Panics
+    /// When the proxy does not answer.
+    pub async fn report(&self) -> Value {
+        reqwest::Client::new()
+            .get(&self.control)
+            .send()
+            .await
+            .expect("proxy report")
+            .json()
+            .await
+            .expect("proxy report JSON")
+    }
+
+    /// How many calls of `operation` the proxy has seen (answered or not).
+    pub async fn calls(&self, operation: &str) -> u64 {
+        self.report().await["calls"][operation]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+/// A Parallel: one branch asks the client (as [`asks`]) while the other loops through
+/// `rounds` Pass/Choice rounds, writing four history events a round.
+pub fn asks_beside_a_chatty_branch(queue_url: &str, rounds: u32) -> Value {
+    let ask = asks(queue_url, "Ship it?");
+    json!({
+        "StartAt": "Both",
+        "States": {
+            "Both": {
+                "Type": "Parallel",
+                "End": true,
+                "Branches": [
+                    ask,
+                    {
+                        "StartAt": "Init",
+                        "States": {
+                            "Init": {"Type": "Pass", "Result": {"i": 0}, "Next": "Step"},
+                            "Step": {"Type": "Pass", "Parameters": {"i.$": "States.MathAdd($.i, 1)"}, "Next": "More"},
+                            "More": {
+                                "Type": "Choice",
+                                "Choices": [{"Variable": "$.i", "NumericLessThan": rounds, "Next": "Step"}],
+                                "Default": "Done"
+                            },
+                            "Done": {"Type": "Pass", "End": true}
+                        }
+                    }
+                ]
+            }
+        }
+    })
+}

@@ -231,10 +231,11 @@ async fn engine_faults_are_classified_and_name_the_state_machine() {
         .expect_err("denied");
     assert!(matches!(err, EngineError::Denied { .. }), "{err:?}");
     assert!(
-        err.to_string().contains("stateMachine:faults")
+        err.to_string().contains("state machine faults")
             && err.to_string().contains("not authorized"),
         "{err}"
     );
+    assert_no_account(&err.to_string());
 
     let unreachable = engine("http://127.0.0.1:9", arn, json!({}));
     let err = unreachable
@@ -249,4 +250,441 @@ async fn engine_faults_are_classified_and_name_the_state_machine() {
         "{err:?}"
     );
     assert!(err.to_string().contains("could not be reached"), "{err}");
+    assert_no_account(&err.to_string());
+}
+
+/// Client-facing text names the state machine, never an ARN or the account.
+fn assert_no_account(text: &str) {
+    assert!(
+        !text.contains("arn:") && !text.contains(ACCOUNT),
+        "an ARN or the account id reached client-facing text: {text}"
+    );
+}
+
+/// An engine whose calls go through a proxy scope.
+fn proxied(scope: &ProxyScope, arn: &str, extra: Value) -> StepFunctionsEngine {
+    engine(&scope.endpoint, arn, extra)
+}
+
+async fn until<F, Fut>(what: &str, mut check: F) -> flowgate_core::ExecutionRecord
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<flowgate_core::ExecutionRecord>>,
+{
+    for _ in 0..300 {
+        if let Some(r) = check().await {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn a_start_whose_answer_was_lost_is_retried_into_the_one_execution() {
+    let url = moto_url();
+    let admin = admin_client(&url);
+    let arn = create_machine(&admin, &unique("lost"), &pass_wait_pass(30)).await;
+    let scope = ProxyScope::new("lost", json!({"drop": {"StartExecution": 1}})).await;
+    let e = proxied(&scope, &arn, json!({}));
+    // One call, one key: the first attempt reaches AWS, its answer does not reach flowgate.
+    let call = request(json!({"name": "once"}));
+    let first = e
+        .start(call.clone())
+        .await
+        .expect_err("the answer was dropped");
+    assert!(first.is_retryable(), "{first:?}");
+    let retried = e
+        .start(call)
+        .await
+        .expect("the retry reaches the same execution");
+    let listed = admin
+        .list_executions()
+        .state_machine_arn(&arn)
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(listed.executions().len(), 1, "exactly one execution ran");
+    assert_eq!(listed.executions()[0].execution_arn, retried.execution.0);
+    assert_eq!(scope.calls("StartExecution").await, 2);
+    e.cancel(&retried.execution).await.expect("cancel");
+}
+
+#[tokio::test]
+async fn a_name_clash_with_other_arguments_is_a_tool_error_not_another_callers_execution() {
+    let url = moto_url();
+    let admin = admin_client(&url);
+    let arn = create_machine(&admin, &unique("clash"), &pass_wait_pass(30)).await;
+    let e = engine(&url, &arn, json!({"execution_name": "run-{who}"}));
+    // Values that clean to one string get names of their own.
+    let a = e
+        .start(request(json!({"name": "a", "who": "ann lee"})))
+        .await
+        .expect("a");
+    let b = e
+        .start(request(json!({"name": "b", "who": "ann/lee"})))
+        .await
+        .expect("b");
+    let c = e
+        .start(request(json!({"name": "c", "who": "ann-lee"})))
+        .await
+        .expect("c");
+    assert_ne!(a.execution, b.execution);
+    assert_ne!(a.execution, c.execution);
+    assert_ne!(b.execution, c.execution);
+    // A template without the distinguishing argument: same name, other input.
+    let fixed = engine(&url, &arn, json!({"execution_name": "nightly-{day}"}));
+    let first = fixed
+        .start(request(json!({"name": "x", "day": "mon"})))
+        .await
+        .expect("first");
+    let same = fixed
+        .start(request(json!({"name": "x", "day": "mon"})))
+        .await
+        .expect("the same call again");
+    assert_eq!(same.execution, first.execution);
+    let err = fixed
+        .start(request(json!({"name": "y", "day": "mon"})))
+        .await
+        .expect_err("other arguments under the same name");
+    assert!(matches!(err, EngineError::InvalidInput { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("already has an execution named nightly-mon"),
+        "{text}"
+    );
+    assert_no_account(&text);
+    for x in [a, b, c, first] {
+        e.cancel(&x.execution).await.expect("cancel");
+    }
+}
+
+#[tokio::test]
+async fn a_wait_behind_a_chatty_parallel_branch_is_found_and_answered() {
+    let url = moto_url();
+    let admin = admin_client(&url);
+    let queue = create_queue(&url, &unique("chatty")).await;
+    let arn = create_machine(
+        &admin,
+        &unique("chatty"),
+        &asks_beside_a_chatty_branch(&queue, 120),
+    )
+    .await;
+    let scope = ProxyScope::new("chatty", json!({})).await;
+    let e = proxied(&scope, &arn, json!({}));
+    let x = e.start(request(json!({}))).await.expect("start").execution;
+    // Wait until the chatty branch is done: hundreds of events after the question.
+    let mut events = 0;
+    for _ in 0..300 {
+        let h = admin
+            .get_execution_history()
+            .execution_arn(&x.0)
+            .send()
+            .await
+            .expect("history");
+        events = h.events().len();
+        if h.events().iter().any(|e| {
+            e.state_exited_event_details
+                .as_ref()
+                .is_some_and(|d| d.name == "Done")
+        }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(events > 300, "the branch wrote {events} events");
+    let r = e.get(&x).await.expect("get");
+    assert_eq!(r.state, TaskState::InputRequired, "{r:?}");
+    assert_eq!(r.input_requests.len(), 1);
+    // Another instance, which has never seen the execution, finds the same wait.
+    let fresh = proxied(&scope, &arn, json!({}));
+    let again = fresh.get(&x).await.expect("get");
+    assert_eq!(again.input_requests, r.input_requests);
+    assert!(
+        scope.calls("GetExecutionHistory").await >= 4,
+        "the reads paged through the history"
+    );
+    // A key that is not outstanding is not delivered.
+    let stray = fresh
+        .respond(&x, "sfn-999999", accept("no"))
+        .await
+        .expect_err("a stray key");
+    assert!(stray.is_not_found(), "{stray:?}");
+    let key = r.input_requests[0].key.clone();
+    fresh
+        .respond(&x, &key, accept("yes"))
+        .await
+        .expect("respond");
+    let done = until("the execution to finish", || async {
+        let r = e.get(&x).await.expect("get");
+        r.state.is_terminal().then_some(r)
+    })
+    .await;
+    assert_eq!(done.state, TaskState::Completed, "{done:?}");
+}
+
+fn accept(answer: &str) -> flowgate_core::InputResponse {
+    flowgate_core::InputResponse {
+        action: flowgate_core::Action::Accept,
+        content: Some(json!({"answer": answer})),
+    }
+}
+
+#[tokio::test]
+async fn polls_cost_one_call_and_concurrent_polls_share_it() {
+    let url = moto_url();
+    let admin = admin_client(&url);
+    let slow = create_machine(&admin, &unique("steady"), &pass_wait_pass(60)).await;
+    let quick = create_machine(&admin, &unique("quick"), &pass_wait_pass(0)).await;
+    let scope = ProxyScope::new("steady", json!({})).await;
+    let e = Arc::new(proxied(&scope, &slow, json!({})));
+    let x = e
+        .start(request(json!({"name": "s"})))
+        .await
+        .expect("start")
+        .execution;
+    for _ in 0..3 {
+        let r = e.get(&x).await.expect("get");
+        assert_eq!(r.state, TaskState::Working);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    let report = scope.report().await;
+    assert_eq!(report["calls"]["GetExecutionHistory"], 3, "{report}");
+    assert_eq!(report["calls"].get("DescribeExecution"), None, "{report}");
+    // Ten polls at once: one call.
+    let polls: Vec<_> = (0..10)
+        .map(|_| {
+            let e = e.clone();
+            let x = x.clone();
+            tokio::spawn(async move { e.get(&x).await })
+        })
+        .collect();
+    for p in polls {
+        p.await.expect("join").expect("get");
+    }
+    assert_eq!(scope.calls("GetExecutionHistory").await, 4);
+    e.cancel(&x).await.expect("cancel");
+
+    // A finished execution: one call, then none.
+    let q = proxied(&scope, &quick, json!({}));
+    let y = q
+        .start(request(json!({"name": "q"})))
+        .await
+        .expect("start")
+        .execution;
+    let before = scope.calls("GetExecutionHistory").await;
+    let mut reads = 0;
+    let done = until("the quick execution to finish", || {
+        reads += 1;
+        let q = &q;
+        let y = &y;
+        async move {
+            let r = q.get(y).await.expect("get");
+            r.state.is_terminal().then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(done.state, TaskState::Completed);
+    assert_eq!(
+        done.output,
+        Some(json!({"greeting": "hello q", "waited": 0}))
+    );
+    let spent = scope.calls("GetExecutionHistory").await - before;
+    assert!(spent <= reads, "{spent} calls for {reads} polls");
+    for _ in 0..5 {
+        assert_eq!(q.get(&y).await.expect("get"), done);
+    }
+    assert_eq!(
+        scope.calls("GetExecutionHistory").await - before,
+        spent,
+        "a finished execution is not read again"
+    );
+    assert_eq!(scope.calls("DescribeExecution").await, 0);
+}
+
+#[tokio::test]
+async fn throttling_keeps_the_task_as_last_seen_and_slows_polling() {
+    let url = moto_url();
+    let arn = create_machine(
+        &admin_client(&url),
+        &unique("throttle"),
+        &pass_wait_pass(60),
+    )
+    .await;
+    // A bucket of two calls refilled once every 20 s.
+    let scope = ProxyScope::new(
+        "throttle",
+        json!({"buckets": {"GetExecutionHistory": [2, 0.05]}}),
+    )
+    .await;
+    let e = proxied(&scope, &arn, json!({}));
+    let x = e
+        .start(request(json!({"name": "t"})))
+        .await
+        .expect("start")
+        .execution;
+    let seen = e.get(&x).await.expect("first poll");
+    let calm = seen.min_poll_interval.expect("an interval");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    e.get(&x).await.expect("second poll");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let throttled = e.get(&x).await.expect("a throttled poll is not an error");
+    assert_eq!(throttled.state, TaskState::Working);
+    assert_eq!(throttled.status_message, seen.status_message);
+    let slower = throttled.min_poll_interval.expect("an interval");
+    assert!(
+        slower > calm,
+        "{slower:?} after throttling, {calm:?} before"
+    );
+    assert_eq!(scope.report().await["throttled"]["GetExecutionHistory"], 1);
+    assert_eq!(e.throttled_count(), 1);
+    // An instance with nothing to show yet says "throttled", with when to come back.
+    let fresh = proxied(&scope, &arn, json!({}));
+    match fresh.get(&x).await {
+        Err(EngineError::Throttled {
+            retry_after: Some(after),
+            ..
+        }) => assert!(after >= slower, "{after:?}"),
+        other => panic!("expected throttled, got {other:?}"),
+    }
+    engine(&url, &arn, json!({}))
+        .cancel(&x)
+        .await
+        .expect("cancel");
+}
+
+#[tokio::test]
+async fn a_stalled_endpoint_times_out_instead_of_hanging() {
+    let url = moto_url();
+    let arn = create_machine(&admin_client(&url), &unique("stall"), &pass_wait_pass(60)).await;
+    let direct = engine(&url, &arn, json!({}));
+    let x = direct
+        .start(request(json!({"name": "s"})))
+        .await
+        .expect("start")
+        .execution;
+    let scope = ProxyScope::new("stall", json!({"stall": {"GetExecutionHistory": 1}})).await;
+    let e = proxied(&scope, &arn, json!({}));
+    let t0 = std::time::Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(30), e.get(&x))
+        .await
+        .expect("the engine call has its own deadline")
+        .expect_err("stalled");
+    assert!(matches!(err, EngineError::Timeout { .. }), "{err:?}");
+    assert!(err.is_retryable());
+    assert_no_account(&err.to_string());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // The stall is over: the next poll answers.
+    assert_eq!(e.get(&x).await.expect("get").state, TaskState::Working);
+    direct.cancel(&x).await.expect("cancel");
+}
+
+#[tokio::test]
+async fn the_policy_grants_exactly_the_calls_the_engine_makes() {
+    let url = moto_url();
+    let admin = admin_client(&url);
+    let queue = create_queue(&url, &unique("policy")).await;
+    let asking = create_machine(&admin, &unique("policy"), &asks(&queue, "Go?")).await;
+    let scope = ProxyScope::new("policy", json!({})).await;
+    let e = proxied(&scope, &asking, json!({}));
+    // Every operation: start (and a retried start), get, respond both ways, cancel, list.
+    let call = request(json!({}));
+    let x = e.start(call.clone()).await.expect("start").execution;
+    e.start(call).await.expect("retried start");
+    let r = until("the question", || async {
+        let r = e.get(&x).await.expect("get");
+        (r.state == TaskState::InputRequired).then_some(r)
+    })
+    .await;
+    e.respond(&x, &r.input_requests[0].key, accept("ok"))
+        .await
+        .expect("accept");
+    let y = e.start(request(json!({}))).await.expect("start").execution;
+    let r = until("the question", || async {
+        let r = e.get(&y).await.expect("get");
+        (r.state == TaskState::InputRequired).then_some(r)
+    })
+    .await;
+    let decline = flowgate_core::InputResponse {
+        action: flowgate_core::Action::Decline,
+        content: None,
+    };
+    e.respond(&y, &r.input_requests[0].key, decline)
+        .await
+        .expect("decline");
+    let z = e.start(request(json!({}))).await.expect("start").execution;
+    e.cancel(&z).await.expect("cancel");
+    e.list(ListFilter::default()).await.expect("list");
+    // A name clash: the engine describes the execution that has the name.
+    let named = proxied(&scope, &asking, json!({"execution_name": "policy-fixed"}));
+    let n = named
+        .start(request(json!({"a": 1})))
+        .await
+        .expect("start")
+        .execution;
+    named
+        .start(request(json!({"a": 2})))
+        .await
+        .expect_err("a clash");
+    named.cancel(&n).await.expect("cancel");
+
+    let report = scope.report().await;
+    let mut made: Vec<String> = report["calls"]
+        .as_object()
+        .expect("calls")
+        .keys()
+        .cloned()
+        .collect();
+    made.sort();
+    let mut granted: Vec<String> = flowgate_stepfunctions::granted_actions()
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    granted.sort();
+    // moto has no StartSyncExecution: express tools are held to it by the unit tests only.
+    granted.retain(|a| a != "StartSyncExecution");
+    assert_eq!(made, granted, "the calls made are the actions granted");
+}
+
+#[tokio::test]
+async fn a_version_or_alias_arn_starts_there_and_follows_the_execution() {
+    let url = moto_url();
+    let admin = admin_client(&url);
+    let created = admin
+        .create_state_machine()
+        .name(unique("versioned"))
+        .definition(pass_wait_pass(60).to_string())
+        .role_arn(format!("arn:aws:iam::{ACCOUNT}:role/flowgate-tests"))
+        .publish(true)
+        .send()
+        .await
+        .expect("create a machine with a version");
+    let arn = created.state_machine_arn;
+    let version = created.state_machine_version_arn.expect("a version ARN");
+    assert!(version.starts_with(&format!("{arn}:")), "{version}");
+    // Through the proxy: moto cannot start a version itself.
+    let scope = ProxyScope::new("versioned", json!({})).await;
+    let e = proxied(&scope, &version, json!({}));
+    let x = e
+        .start(request(json!({"name": "v"})))
+        .await
+        .expect("start")
+        .execution;
+    assert!(
+        x.0.starts_with(&arn.replacen(":stateMachine:", ":execution:", 1)),
+        "{x}"
+    );
+    assert_eq!(e.get(&x).await.expect("get").state, TaskState::Working);
+    e.cancel(&x).await.expect("cancel");
+    let policy = flowgate_stepfunctions::policies(&[SfnTarget::from_manifest(
+        json!({"state_machine_arn": version})
+            .as_object()
+            .expect("object"),
+    )
+    .expect("target")]);
+    let text = policy.to_string();
+    assert!(
+        text.contains(&version) && text.contains(&format!("\"{arn}\"")),
+        "{text}"
+    );
 }

@@ -7,6 +7,7 @@
 //! - [`ExecutionRecord`]: what an engine reports about one execution, read fresh on every poll.
 //! - [`Engine`]: the contract an adapter implements (start, get, respond, cancel, list).
 //! - [`handle`]: task handles, the sealed tokens that are the task ids clients hold.
+//! - [`pacing`]: a poll interval an account's API quota affords, for token-bucket engines.
 //! - [`wire`]: the projection of a record onto the MCP tasks extension (2026-07-28).
 //! - `conformance` and `testing` (feature `testing`): the engine conformance suite and an
 //!   in-memory [`Engine`] that runs it on every `cargo test`.
@@ -14,6 +15,7 @@
 mod engine;
 mod error;
 pub mod handle;
+pub mod pacing;
 mod record;
 mod registry;
 mod state;

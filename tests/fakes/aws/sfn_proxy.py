@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""An AWS-faithful proxy in front of moto for the Step Functions API.
+
+moto runs real state machines (execute_state_machine) but is kinder than AWS in ways the
+Step Functions engine depends on. This proxy puts back what AWS does and moto does not:
+
+- GetExecutionHistory pages: `maxResults` (default 100, at most 1000; 0 means the default),
+  `reverseOrder`, `nextToken` (opaque; a token given with another execution or direction is
+  refused with InvalidToken), and `includeExecutionData: false` drops the input and output of
+  every event's details. moto ignores all four and always returns the whole history, oldest
+  first.
+- API throttling: one token bucket per operation and per account (here: per scope, below), with
+  the bucket sizes and refill rates AWS publishes for standard workflows in its large regions
+  (us-east-1, us-west-2, eu-west-1), scaled by `--scale` (or a scope's own scale) so that tests
+  reach the limits quickly. An empty bucket answers as AWS does: HTTP 400,
+  `{"__type": "ThrottlingException", "message": "Rate exceeded"}`.
+- Failures moto cannot produce: a stalled endpoint (the request is read and never answered),
+  and a dropped answer (the request reaches moto, which acts on it, and the connection is then
+  closed without an answer), per operation, for the next N calls.
+- Calls are counted per operation (answered, throttled), so tests and the benchmark can hold
+  the engine to its API budget.
+
+Scopes: an endpoint URL of `http://proxy/scope/<name>` sends every call of that client to scope
+`<name>`: its own buckets, counters, stalls and drops (an account of its own), so concurrent
+tests do not share a budget. Requests to `/` are scope `default`.
+
+Control (JSON):
+  POST /_proxy/scopes/<name>   {"scale": 0.05, "stall": {"DescribeExecution": 1},
+                                "drop": {"StartExecution": 1}, "buckets": {"Op": [size, refill]}}
+  GET  /_proxy/scopes/<name>   {"calls": {op: n}, "throttled": {op: n}, "stalled": ..., "dropped": ...}
+
+Shortcuts that remain (each is kinder than AWS or simply absent):
+- Bucket sizes and refill rates are the published defaults of the large regions, read from the
+  Step Functions quotas page; other regions (DescribeExecution refills 10/s there), raised
+  quotas and AWS's right to change them are not modelled. Operations without a published
+  bucket (CreateStateMachine, StartSyncExecution, ...) are never throttled.
+- Paging covers GetExecutionHistory only; ListExecutions paging is moto's own.
+- A nextToken does not expire (AWS: 24 hours).
+- StartExecution on a version or alias ARN starts the unqualified machine (moto answers those
+  with HTTP 500): the execution ARN is right, the definition is the latest one, and an unknown
+  version or alias is not refused.
+- Non-Step-Functions calls (SQS for the test fixtures' queues) pass through uncounted.
+"""
+
+import argparse
+import base64
+import http.client
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+# (bucket size, refill per second): the published defaults for standard workflows in
+# us-east-1, us-west-2 and eu-west-1.
+BUCKETS = {
+    "StartExecution": (1300, 300),
+    "DescribeExecution": (250, 15),
+    "GetExecutionHistory": (400, 20),
+    "StopExecution": (1000, 200),
+    "ListExecutions": (100, 2),
+    "SendTaskSuccess": (1000, 500),
+    "SendTaskFailure": (1000, 500),
+    "SendTaskHeartbeat": (1000, 500),
+    "DescribeStateMachine": (200, 20),
+}
+
+HISTORY_DEFAULT_PAGE = 100
+HISTORY_MAX_PAGE = 1000
+
+
+class Bucket:
+    def __init__(self, size, refill):
+        self.size = float(size)
+        self.refill = float(refill)
+        self.tokens = float(size)
+        self.at = time.monotonic()
+
+    def take(self):
+        now = time.monotonic()
+        self.tokens = min(self.size, self.tokens + (now - self.at) * self.refill)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class Scope:
+    def __init__(self, scale, buckets=None):
+        self.scale = scale
+        table = dict(BUCKETS)
+        table.update(buckets or {})
+        self.buckets = {
+            op: Bucket(max(1.0, size * scale), refill * scale) for op, (size, refill) in table.items()
+        }
+        self.calls = {}
+        self.throttled = {}
+        self.stall = {}
+        self.drop = {}
+        self.stalled = {}
+        self.dropped = {}
+
+    def report(self):
+        return {
+            "scale": self.scale,
+            "calls": self.calls,
+            "throttled": self.throttled,
+            "stalled": self.stalled,
+            "dropped": self.dropped,
+        }
+
+
+class State:
+    def __init__(self, upstream, scale):
+        self.upstream = urlparse(upstream)
+        self.scale = scale
+        self.lock = threading.Lock()
+        self.scopes = {}
+
+    def scope(self, name):
+        with self.lock:
+            if name not in self.scopes:
+                self.scopes[name] = Scope(self.scale)
+            return self.scopes[name]
+
+    def configure(self, name, body):
+        with self.lock:
+            scope = Scope(float(body.get("scale", self.scale)), body.get("buckets"))
+            scope.stall = dict(body.get("stall", {}))
+            scope.drop = dict(body.get("drop", {}))
+            self.scopes[name] = scope
+            return scope.report()
+
+    def admit(self, scope, op):
+        """What happens to a call: 'throttle', 'stall', 'drop' or 'forward'."""
+        with self.lock:
+            scope.calls[op] = scope.calls.get(op, 0) + 1
+            if scope.stall.get(op, 0) > 0 or scope.stall.get("*", 0) > 0:
+                key = op if scope.stall.get(op, 0) > 0 else "*"
+                scope.stall[key] -= 1
+                scope.stalled[op] = scope.stalled.get(op, 0) + 1
+                return "stall"
+            bucket = scope.buckets.get(op)
+            if bucket is not None and not bucket.take():
+                scope.throttled[op] = scope.throttled.get(op, 0) + 1
+                return "throttle"
+            if scope.drop.get(op, 0) > 0:
+                scope.drop[op] -= 1
+                scope.dropped[op] = scope.dropped.get(op, 0) + 1
+                return "drop"
+            return "forward"
+
+
+def encode_token(arn, reverse, boundary):
+    raw = json.dumps({"a": arn, "r": reverse, "b": boundary}, separators=(",", ":")).encode()
+    # AWS tokens are long opaque strings; this one is opaque enough to be treated as such.
+    return base64.b64encode(raw).decode()
+
+
+def decode_token(token, arn, reverse):
+    try:
+        data = json.loads(base64.b64decode(token.encode(), validate=True))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or data.get("a") != arn or data.get("r") != reverse:
+        return None
+    boundary = data.get("b")
+    return boundary if isinstance(boundary, int) else None
+
+
+def strip_data(event):
+    """includeExecutionData false: no input or output in any event's details."""
+    for key, value in event.items():
+        if key.endswith("EventDetails") and isinstance(value, dict):
+            for field in ("input", "output", "inputDetails", "outputDetails"):
+                value.pop(field, None)
+    return event
+
+
+def page_history(request, moto_answer):
+    """Applies AWS's paging to moto's whole, oldest-first history. Returns (status, body)."""
+    events = sorted(moto_answer.get("events", []), key=lambda e: e.get("id", 0))
+    arn = request.get("executionArn", "")
+    reverse = bool(request.get("reverseOrder", False))
+    size = request.get("maxResults") or HISTORY_DEFAULT_PAGE
+    if not isinstance(size, int) or size < 0 or size > HISTORY_MAX_PAGE:
+        return 400, {
+            "__type": "ValidationException",
+            "message": "1 validation error detected: Value at 'maxResults' failed to satisfy "
+            "constraint: Member must have value less than or equal to 1000",
+        }
+    if reverse:
+        events.reverse()
+    token = request.get("nextToken")
+    if token:
+        boundary = decode_token(token, arn, reverse)
+        if boundary is None:
+            return 400, {"__type": "InvalidToken", "message": "Invalid Token: 'Invalid token'"}
+        events = [e for e in events if (e["id"] < boundary if reverse else e["id"] > boundary)]
+    page = events[:size]
+    if request.get("includeExecutionData", True) is False:
+        page = [strip_data(e) for e in page]
+    body = {"events": page}
+    if len(events) > size:
+        body["nextToken"] = encode_token(arn, reverse, page[-1]["id"])
+    return 200, body
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state = None  # set in main
+
+    def log_message(self, fmt, *args):
+        sys.stderr.write("%s %s\n" % (self.address_string(), fmt % args))
+
+    def _answer(self, status, body, content_type="application/x-amz-json-1.0", headers=()):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-amzn-RequestId", "%032x" % int(time.time_ns()))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _read_body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _split_scope(self):
+        path = self.path
+        if path.startswith("/scope/"):
+            rest = path[len("/scope/"):]
+            name, _, tail = rest.partition("/")
+            return name or "default", "/" + tail
+        return "default", path
+
+    def _upstream(self, method, path, body):
+        up = self.state.upstream
+        conn = http.client.HTTPConnection(up.hostname, up.port or 80, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection", "content-length")}
+        headers["Host"] = "%s:%s" % (up.hostname, up.port or 80)
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, resp.getheader("Content-Type") or "application/json", data
+
+    def do_GET(self):
+        if self.path.startswith("/_proxy/scopes/"):
+            name = self.path[len("/_proxy/scopes/"):]
+            scope = self.state.scope(name)
+            with self.state.lock:
+                report = json.loads(json.dumps(scope.report()))
+            return self._answer(200, report, "application/json")
+        self._forward("GET", b"")
+
+    def do_POST(self):
+        body = self._read_body()
+        if self.path.startswith("/_proxy/scopes/"):
+            name = self.path[len("/_proxy/scopes/"):]
+            try:
+                config = json.loads(body or b"{}")
+            except ValueError:
+                return self._answer(400, {"error": "not JSON"}, "application/json")
+            return self._answer(200, self.state.configure(name, config), "application/json")
+        self._forward("POST", body)
+
+    def _forward(self, method, body):
+        scope_name, path = self._split_scope()
+        target = self.headers.get("X-Amz-Target", "")
+        if not target.startswith("AWSStepFunctions."):
+            status, ctype, data = self._upstream(method, path, body)
+            return self._answer(status, data, ctype)
+        op = target.split(".", 1)[1]
+        scope = self.state.scope(scope_name)
+        verdict = self.state.admit(scope, op)
+        if verdict == "stall":
+            # Accept, never answer: hold the connection until the client gives up.
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                try:
+                    self.connection.settimeout(0.01)
+                    if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                        break  # the client hung up
+                except socket.timeout:
+                    pass
+                except OSError:
+                    break
+            self.close_connection = True
+            return
+        if verdict == "throttle":
+            return self._answer(400, {"__type": "ThrottlingException", "message": "Rate exceeded"})
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            request = {}
+        if op == "GetExecutionHistory":
+            upstream_request = {k: v for k, v in request.items()
+                                if k not in ("maxResults", "reverseOrder", "nextToken")}
+            status, ctype, data = self._upstream(method, path, json.dumps(upstream_request).encode())
+            if status == 200:
+                status, answer = page_history(request, json.loads(data))
+                data = json.dumps(answer).encode()
+        elif op == "StartExecution" and request.get("stateMachineArn", "").count(":") == 7:
+            # moto cannot start a version or an alias (HTTP 500): start the machine itself;
+            # the execution ARN is the unqualified machine's, as AWS makes it.
+            request["stateMachineArn"] = request["stateMachineArn"].rsplit(":", 1)[0]
+            status, ctype, data = self._upstream(method, path, json.dumps(request).encode())
+        else:
+            status, ctype, data = self._upstream(method, path, body)
+        if verdict == "drop":
+            # moto acted on the call; its answer is lost on the way back.
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+            return
+        self._answer(status, data, ctype)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--upstream", required=True, help="moto's URL")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiplies every bucket size and refill rate (default 1: AWS's)")
+    args = parser.parse_args()
+    Handler.state = State(args.upstream, args.scale)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    print("listening on http://127.0.0.1:%d" % server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
