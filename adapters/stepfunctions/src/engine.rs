@@ -485,6 +485,14 @@ impl Engine for StepFunctionsEngine {
         }
     }
 
+    fn execution_for(&self, request: &StartRequest) -> Option<ExecutionRef> {
+        if self.target.workflow_type == WorkflowType::Express {
+            return None;
+        }
+        let name = self.name_for(request).ok()?;
+        Some(ExecutionRef(self.target.execution_arn(&name)))
+    }
+
     async fn run_sync(&self, request: StartRequest) -> Result<ExecutionRecord, EngineError> {
         let name = self.name_for(&request)?;
         let input = mapping::input(&request.arguments, self.target.input_key.as_deref());

@@ -230,6 +230,14 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// `Unavailable`, `Timeout` (the start may or may not have happened: retry with the same key).
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError>;
 
+    /// Where a start of `request` would be, for engines whose execution references follow
+    /// from the request alone (a named execution): when a start times out, the server hands
+    /// the client this task to check instead of leaving it to guess. `None` by default.
+    fn execution_for(&self, request: &StartRequest) -> Option<ExecutionRef> {
+        let _ = request;
+        None
+    }
+
     /// Reads the execution's current record.
     ///
     /// # Errors
@@ -291,6 +299,9 @@ macro_rules! forward_engine {
             }
             async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
                 (**self).start(request).await
+            }
+            fn execution_for(&self, request: &StartRequest) -> Option<ExecutionRef> {
+                (**self).execution_for(request)
             }
             async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
                 (**self).get(execution).await

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::errors::tool_error;
 use crate::hang_up;
 use crate::mrtr::Gathered;
-use crate::retry::retrying;
+use crate::retry::{START_DEADLINE, reading, within};
 use crate::{FlowgateServer, ToolEntry, audit, principal};
 
 /// The longest a synchronous wait sleeps between polls, whatever the tool's poll interval.
@@ -103,11 +103,29 @@ impl FlowgateServer {
                 Err(e) => Ok(CallToolResponse::Complete(tool_error(&entry.spec.name, &e))),
             };
         }
-        let started = match retrying(|| entry.engine.start(start.clone())).await {
+        let kind = entry.engine.kind();
+        let started = match within(START_DEADLINE, kind, || entry.engine.start(start.clone())).await
+        {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(tool = %entry.spec.name, error = %e, "start failed");
-                return Ok(CallToolResponse::Complete(tool_error(&entry.spec.name, &e)));
+                let mut result = tool_error(&entry.spec.name, &e);
+                // The start may have happened: if the engine knows where it would be, give the
+                // client the task to check (tasks/get says "not found" if it never started).
+                if matches!(e, flowgate_core::EngineError::Timeout { .. })
+                    && let Some(execution) = entry.engine.execution_for(&start)
+                {
+                    let maybe = Started {
+                        execution,
+                        created_at: chrono::Utc::now(),
+                    };
+                    let task = self.created(entry, &maybe, &principal).task;
+                    result.content.push(ContentBlock::text(format!(
+                        "If it did start, it is task {}: check it with tasks/get before calling again.",
+                        task.task_id
+                    )));
+                }
+                return Ok(CallToolResponse::Complete(result));
             }
         };
         tracing::info!(tool = %entry.spec.name, execution = %started.execution, as_task, "started");
@@ -158,17 +176,25 @@ impl FlowgateServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let how = entry.presentation.clone();
+        let kind = entry.engine.kind();
         let deadline = tokio::time::Instant::now() + self.inner.options.sync_wait;
         let interval = Duration::from_millis(how.poll_interval_ms).min(SYNC_POLL_CAP);
         let name = &entry.spec.name;
         loop {
-            let record = match retrying(|| entry.engine.get(&started.execution)).await {
+            let record = match reading(kind, || entry.engine.get(&started.execution)).await {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
                     if tokio::time::Instant::now() >= deadline {
                         return Ok(tool_error(name, &e));
                     }
-                    tokio::time::sleep(interval).await;
+                    let pause = match &e {
+                        flowgate_core::EngineError::Throttled {
+                            retry_after: Some(after),
+                            ..
+                        } => (*after).max(interval),
+                        _ => interval,
+                    };
+                    tokio::time::sleep(pause).await;
                     continue;
                 }
                 Err(e) => return Ok(tool_error(name, &e)),

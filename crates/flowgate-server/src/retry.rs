@@ -11,8 +11,60 @@ const ATTEMPTS: u32 = 3;
 const FIRST_DELAY: Duration = Duration::from_millis(100);
 const MAX_DELAY: Duration = Duration::from_secs(2);
 
+/// How long `tasks/get` may spend asking the engine, retries included: the client gets an
+/// answer (the engine-unreachable status) within 10 s however the engine behaves.
+pub(crate) const READ_DEADLINE: Duration = Duration::from_secs(8);
+/// How long `tools/call` may spend starting an execution, retries included.
+pub(crate) const START_DEADLINE: Duration = Duration::from_secs(20);
+
 /// Runs `call` until it succeeds, fails for good, or has failed [`ATTEMPTS`] times.
-pub(crate) async fn retrying<T, F, Fut>(mut call: F) -> Result<T, EngineError>
+pub(crate) async fn retrying<T, F, Fut>(call: F) -> Result<T, EngineError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, EngineError>>,
+{
+    attempts(call, true).await
+}
+
+/// [`retrying`] within `deadline`: past it, a `Timeout` (the call may have taken effect).
+pub(crate) async fn within<T, F, Fut>(
+    deadline: Duration,
+    engine: &'static str,
+    call: F,
+) -> Result<T, EngineError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, EngineError>>,
+{
+    timed(deadline, engine, attempts(call, true)).await
+}
+
+/// A read (`tasks/get`) within [`READ_DEADLINE`]. A throttled read is not retried: the
+/// account's quota is spent, and another call now would only spend the next token; the caller
+/// reports the task as it stands and asks the client to come back later.
+pub(crate) async fn reading<T, F, Fut>(engine: &'static str, call: F) -> Result<T, EngineError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, EngineError>>,
+{
+    timed(READ_DEADLINE, engine, attempts(call, false)).await
+}
+
+async fn timed<T>(
+    deadline: Duration,
+    engine: &'static str,
+    work: impl Future<Output = Result<T, EngineError>>,
+) -> Result<T, EngineError> {
+    match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result,
+        Err(_) => Err(EngineError::Timeout {
+            engine,
+            message: format!("the engine did not answer within {} s", deadline.as_secs()),
+        }),
+    }
+}
+
+async fn attempts<T, F, Fut>(mut call: F, retry_throttled: bool) -> Result<T, EngineError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, EngineError>>,
@@ -21,6 +73,7 @@ where
     let mut attempt = 1;
     loop {
         match call().await {
+            Err(e @ EngineError::Throttled { .. }) if !retry_throttled => return Err(e),
             Err(e) if e.is_retryable() && attempt < ATTEMPTS => {
                 let wait = match &e {
                     EngineError::Throttled {
@@ -73,6 +126,25 @@ mod tests {
         .await;
         assert!(r.is_err());
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_are_not_retried_when_throttled_and_end_by_the_deadline() {
+        let calls = AtomicU32::new(0);
+        let r: Result<(), _> = reading("x", || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(EngineError::Throttled {
+                engine: "x",
+                retry_after: None,
+            })
+        })
+        .await;
+        assert!(matches!(r, Err(EngineError::Throttled { .. })));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let hung: Result<(), _> = reading("x", || std::future::pending()).await;
+        assert!(matches!(hung, Err(EngineError::Timeout { .. })), "{hung:?}");
+        let slow: Result<(), _> = within(START_DEADLINE, "x", || std::future::pending()).await;
+        assert!(matches!(slow, Err(EngineError::Timeout { .. })), "{slow:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,5 +1,6 @@
 //! `tasks/get`, `tasks/update`, `tasks/cancel`: open the handle, ask the engine.
 
+use flowgate_core::EngineError;
 use flowgate_core::handle::TaskHandle;
 use flowgate_core::wire::{Outcome, WireTask};
 use rmcp::model::{
@@ -11,7 +12,7 @@ use serde_json::json;
 
 use crate::answers;
 use crate::errors::{rpc_error, task_not_found};
-use crate::retry::retrying;
+use crate::retry::{START_DEADLINE, reading, within};
 use crate::{FlowgateServer, ToolEntry, audit, principal};
 
 impl FlowgateServer {
@@ -47,7 +48,8 @@ impl FlowgateServer {
     ) -> Result<GetTaskResult, ErrorData> {
         let (handle, entry) = self.open(task_id, ctx)?;
         let how = entry.presentation.clone();
-        let wire = match retrying(|| entry.engine.get(&handle.execution)).await {
+        let kind = entry.engine.kind();
+        let wire = match reading(kind, || entry.engine.get(&handle.execution)).await {
             Ok(record) => {
                 if record.state.is_terminal() {
                     let execution = Some(handle.execution.0.as_str());
@@ -56,20 +58,35 @@ impl FlowgateServer {
                 entry.project(&record)
             }
             Err(e) if e.is_retryable() => {
-                // The engine holds the task; it is unreachable right now, not lost. Report that
-                // on the task and ask the client to come back later.
+                // The engine holds the task; it is unreachable or rate-limiting right now, not
+                // lost. Report that on the task and ask the client to come back later.
                 tracing::warn!(tool = %entry.spec.name, error = %e, "engine unreachable on tasks/get");
                 let at = handle
                     .created_at
                     .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                let (status_message, poll_interval_ms) = match &e {
+                    EngineError::Throttled { retry_after, .. } => (
+                        "The engine is rate-limiting flowgate's calls right now; the task is kept \
+                         and will be checked again"
+                            .to_owned(),
+                        retry_after
+                            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                            .unwrap_or(0)
+                            .max(how.poll_interval_ms.saturating_mul(4)),
+                    ),
+                    _ => (
+                        format!(
+                            "The engine is unreachable ({e}); the task is kept and will be checked again"
+                        ),
+                        how.poll_interval_ms.saturating_mul(4),
+                    ),
+                };
                 WireTask {
-                    status_message: Some(format!(
-                        "The engine is unreachable ({e}); the task is kept and will be checked again"
-                    )),
+                    status_message: Some(status_message),
                     created_at: at.clone(),
                     last_updated_at: at,
                     ttl_ms: how.ttl_ms,
-                    poll_interval_ms: how.poll_interval_ms.saturating_mul(4),
+                    poll_interval_ms,
                     outcome: Outcome::Working,
                 }
             }
@@ -90,12 +107,13 @@ impl FlowgateServer {
         }
         // The questions' schemas live in the engine's record: read it once, check every answer
         // against it, and deliver only when all of them are sound.
-        let record = retrying(|| entry.engine.get(&handle.execution))
+        let kind = entry.engine.kind();
+        let record = reading(kind, || entry.engine.get(&handle.execution))
             .await
             .map_err(|e| rpc_error(&entry.spec.name, &e))?;
         let mut delivered = serde_json::Map::new();
         for (key, response) in answers::checked(&record, responses)? {
-            match retrying(|| {
+            match within(START_DEADLINE, kind, || {
                 entry
                     .engine
                     .respond(&handle.execution, &key, response.clone())
@@ -127,9 +145,11 @@ impl FlowgateServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let (handle, entry) = self.open(task_id, ctx)?;
-        retrying(|| entry.engine.cancel(&handle.execution))
-            .await
-            .map_err(|e| rpc_error(&entry.spec.name, &e))?;
+        within(START_DEADLINE, entry.engine.kind(), || {
+            entry.engine.cancel(&handle.execution)
+        })
+        .await
+        .map_err(|e| rpc_error(&entry.spec.name, &e))?;
         tracing::info!(tool = %entry.spec.name, execution = %handle.execution, "cancel requested");
         audit::cancelled(ctx, &entry.spec.name, handle.execution.0.as_str());
         Ok(())

@@ -182,9 +182,12 @@ async fn an_unreachable_engine_is_a_clear_tool_error_and_the_server_keeps_servin
         .unwrap_or("")
         .to_owned();
     assert!(
-        text.starts_with("nightly: stepfunctions: unavailable: StartExecution on arn:"),
+        text.starts_with(
+            "nightly: stepfunctions: unavailable: StartExecution for state machine nightly:"
+        ),
         "{text}"
     );
+    assert_no_account(&text);
     assert!(
         text.contains("could not be reached") && text.contains("nothing was started"),
         "{text}"
@@ -232,6 +235,7 @@ async fn an_engine_outage_is_reported_on_the_task_and_loses_nothing() {
         message.starts_with("The engine is unreachable"),
         "{message}"
     );
+    assert_no_account(&message);
     assert_eq!(
         during.task.task.poll_interval_ms,
         Some(2000),
@@ -254,4 +258,141 @@ async fn an_engine_outage_is_reported_on_the_task_and_loses_nothing() {
         result_json(&done),
         json!({"greeting": "hello Ada", "waited": 1})
     );
+}
+
+/// Client-facing text names the tool and the state machine, never an ARN or the account.
+fn assert_no_account(text: &str) {
+    assert!(
+        !text.contains("arn:") && !text.contains(ACCOUNT),
+        "an ARN or the account id reached a client: {text}"
+    );
+}
+
+fn one_tool(dir: &Path, file: &str, arn: &str, endpoint: &str) -> std::path::PathBuf {
+    let path = dir.join(file);
+    let text = format!(
+        "tools:\n  - name: job\n    task: required\n    poll_interval_ms: 500\n    target: {{engine: stepfunctions, state_machine_arn: \"{arn}\", endpoint_url: \"{endpoint}\"}}\n"
+    );
+    std::fs::write(&path, text).expect("write manifest");
+    path
+}
+
+#[tokio::test]
+async fn a_stalled_engine_gets_answers_within_ten_seconds_and_a_start_names_its_task() {
+    let url = moto_url();
+    let arn = create_machine(
+        &admin_client(&url),
+        &unique("e2e-stall"),
+        &pass_wait_pass(60),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = Server::start(
+        dir.path(),
+        Some(&one_tool(dir.path(), "up.yaml", &arn, &url)),
+    );
+    let client = http_client(&up.url, true).await;
+    let id = start_task(&client, "job", json!({"name": "Ada"})).await;
+
+    // Every call to the engine is accepted and never answered.
+    let scope = ProxyScope::new("e2e-stall", json!({"stall": {"*": 1000}})).await;
+    let stalled = one_tool(dir.path(), "stalled.yaml", &arn, &scope.endpoint);
+    let down = Server::start(dir.path(), Some(&stalled));
+    let stuck = http_client(&down.url, true).await;
+    let t0 = std::time::Instant::now();
+    let during = get(&stuck, &id).await;
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(during.task.status(), TaskStatus::Working);
+    let message = during.task.task.status_message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("The engine is unreachable"),
+        "{message}"
+    );
+    assert_no_account(&message);
+
+    // A start that gets no answer says it may have started, and which task to check.
+    let rmcp::model::CallToolResponse::Complete(result) = stuck
+        .call_tool_once(call("job", json!({"name": "Bob"})))
+        .await
+        .expect("tools/call")
+    else {
+        panic!("expected a tool error")
+    };
+    assert_eq!(result.is_error, Some(true));
+    let text = serde_json::to_value(&result).expect("json")["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(text.contains("may or may not have started"), "{text}");
+    assert_no_account(&text);
+    let maybe = text
+        .split("it is task ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .expect("the task to check")
+        .to_owned();
+    // The stalled start never reached the engine: that task does not exist.
+    let err = client
+        .get_task(rmcp::model::GetTaskParams::new(maybe))
+        .await
+        .expect_err("never started");
+    assert!(err.to_string().contains("Task not found"), "{err}");
+    cancel(&client, &id).await;
+}
+
+/// Cancels task `id` through a server that reaches the engine.
+async fn cancel(client: &Client, id: &str) {
+    client
+        .cancel_task(rmcp::model::CancelTaskParams::new(id.to_owned()))
+        .await
+        .expect("cancel");
+}
+
+#[tokio::test]
+async fn a_throttled_poll_is_a_working_task_with_a_longer_interval() {
+    let url = moto_url();
+    let arn = create_machine(&admin_client(&url), &unique("e2e-thr"), &pass_wait_pass(60)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = Server::start(
+        dir.path(),
+        Some(&one_tool(dir.path(), "up.yaml", &arn, &url)),
+    );
+    let client = http_client(&up.url, true).await;
+    let id = start_task(&client, "job", json!({"name": "Ada"})).await;
+    // An account whose history quota is one call, refilled every 1000 s.
+    let scope = ProxyScope::new(
+        "e2e-thr",
+        json!({"buckets": {"GetExecutionHistory": [1, 0.001]}}),
+    )
+    .await;
+    let limited = one_tool(dir.path(), "limited.yaml", &arn, &scope.endpoint);
+    let first = Server::start(dir.path(), Some(&limited));
+    let a = http_client(&first.url, true).await;
+    assert_eq!(get(&a, &id).await.task.status(), TaskStatus::Working);
+    // Another instance, with nothing seen yet, meets the empty bucket.
+    let second = Server::start(dir.path(), Some(&limited));
+    let b = http_client(&second.url, true).await;
+    let throttled = get(&b, &id).await;
+    assert_eq!(throttled.task.status(), TaskStatus::Working);
+    let message = throttled
+        .task
+        .task
+        .status_message
+        .clone()
+        .unwrap_or_default();
+    assert!(message.contains("rate-limiting"), "{message}");
+    assert!(
+        throttled.task.task.poll_interval_ms.unwrap_or(0) >= 2000,
+        "{:?}",
+        throttled.task.task.poll_interval_ms
+    );
+    assert_eq!(scope.report().await["throttled"]["GetExecutionHistory"], 1);
+    cancel(&client, &id).await;
 }
