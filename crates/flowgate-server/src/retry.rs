@@ -141,9 +141,9 @@ mod tests {
         .await;
         assert!(matches!(r, Err(EngineError::Throttled { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        let hung: Result<(), _> = reading("x", || std::future::pending()).await;
+        let hung: Result<(), _> = reading("x", std::future::pending).await;
         assert!(matches!(hung, Err(EngineError::Timeout { .. })), "{hung:?}");
-        let slow: Result<(), _> = within(START_DEADLINE, "x", || std::future::pending()).await;
+        let slow: Result<(), _> = within(START_DEADLINE, "x", std::future::pending).await;
         assert!(matches!(slow, Err(EngineError::Timeout { .. })), "{slow:?}");
     }
 
