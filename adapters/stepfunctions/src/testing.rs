@@ -217,6 +217,29 @@ impl ProxyScope {
             .expect("proxy report JSON")
     }
 
+    /// A hook for the engine conformance suite: the scope's next StartExecution reaches moto
+    /// and its answer is lost.
+    pub fn lose_next_start_answer(&self) -> flowgate_core::conformance::LoseNextStartAnswer {
+        let arm = format!("{}/drop/StartExecution", self.control);
+        flowgate_core::conformance::LoseNextStartAnswer(std::sync::Arc::new(move || {
+            use std::io::{Read, Write};
+            let rest = arm.trim_start_matches("http://");
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let mut stream =
+                std::net::TcpStream::connect(authority).expect("the proxy is reachable");
+            write!(
+                stream,
+                "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            .expect("write to the proxy");
+            let mut answer = String::new();
+            stream
+                .read_to_string(&mut answer)
+                .expect("read the proxy's answer");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }))
+    }
+
     /// How many calls of `operation` the proxy has seen (answered or not).
     pub async fn calls(&self, operation: &str) -> u64 {
         self.report().await["calls"][operation]

@@ -40,8 +40,10 @@ async fn stepfunctions_engine_passes_the_conformance_suite_on_moto() {
         let name = unique(name);
         async move { create_machine(&admin, &name, &def).await }
     };
+    // Through the proxy: AWS's paging, and a start whose answer can be lost.
+    let scope = ProxyScope::new("conformance", json!({})).await;
     let case = |arn: String| Case {
-        engine: Arc::new(engine(&url, &arn, json!({}))),
+        engine: Arc::new(engine(&scope.endpoint, &arn, json!({}))),
         arguments: json!({"name": "Ada"}),
     };
     let fixture = Fixture {
@@ -53,9 +55,10 @@ async fn stepfunctions_engine_passes_the_conformance_suite_on_moto() {
         asks: Some(case(machine("asks", asks(&queue, "Your name?")).await)),
         answer: json!({"answer": "Alice"}),
         timeout: Duration::from_secs(20),
-        lose_next_start_answer: None,
+        lose_next_start_answer: Some(scope.lose_next_start_answer()),
     };
     run_all(&fixture).await;
+    assert_eq!(scope.report().await["dropped"]["StartExecution"], 1);
 }
 
 #[tokio::test]

@@ -27,6 +27,7 @@ tests do not share a budget. Requests to `/` are scope `default`.
 Control (JSON):
   POST /_proxy/scopes/<name>   {"scale": 0.05, "stall": {"DescribeExecution": 1},
                                 "drop": {"StartExecution": 1}, "buckets": {"Op": [size, refill]}}
+  POST /_proxy/scopes/<name>/drop/<Operation>   one more dropped answer, the rest kept
   GET  /_proxy/scopes/<name>   {"calls": {op: n}, "throttled": {op: n}, "stalled": ..., "dropped": ...}
 
 Shortcuts that remain (each is kinder than AWS or simply absent):
@@ -261,6 +262,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self._read_body()
+        if self.path.startswith("/_proxy/scopes/") and "/drop/" in self.path:
+            # Arm one more dropped answer for an operation, keeping the scope's state.
+            name, _, op = self.path[len("/_proxy/scopes/"):].partition("/drop/")
+            scope = self.state.scope(name)
+            with self.state.lock:
+                scope.drop[op] = scope.drop.get(op, 0) + 1
+                report = json.loads(json.dumps(scope.report()))
+            return self._answer(200, report, "application/json")
         if self.path.startswith("/_proxy/scopes/"):
             name = self.path[len("/_proxy/scopes/"):]
             try:
