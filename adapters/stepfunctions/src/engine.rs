@@ -452,10 +452,14 @@ impl Engine for StepFunctionsEngine {
             .send()
             .await;
         match sent {
-            Ok(out) => Ok(Started {
-                execution: ExecutionRef(out.execution_arn),
-                created_at: mapping::time(&out.start_date),
-            }),
+            Ok(out) => {
+                // A new task: it will be polled, so it counts against the quota from now.
+                self.pacer.polled(&out.execution_arn);
+                Ok(Started {
+                    execution: ExecutionRef(out.execution_arn),
+                    created_at: mapping::time(&out.start_date),
+                })
+            }
             // AWS says this both for a retry of this call (the same name and input) and for a
             // different call whose name renders the same, or an execution of that name that
             // has closed: only the same input is the same call.
@@ -483,6 +487,10 @@ impl Engine for StepFunctionsEngine {
             }
             Err(e) => Err(classify(e, &self.what("StartExecution"))),
         }
+    }
+
+    fn pacing(&self) -> Option<Duration> {
+        Some(self.pacer.interval())
     }
 
     fn execution_for(&self, request: &StartRequest) -> Option<ExecutionRef> {

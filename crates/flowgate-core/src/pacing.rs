@@ -9,8 +9,9 @@
 //!   polling `n` of them every `t` seconds costs `n / t` calls a second; the interval is chosen
 //!   so that this stays within [`POLL_SHARE`] of the refill rate (the rest is for starts,
 //!   answers and cancels, and for other instances);
-//! - the *feedback*: each throttled call doubles a multiplier on that interval (up to
-//!   [`MAX_BACKOFF`]); it halves again for every [`CALM`] without throttling. Other instances
+//! - the *feedback*: a throttled call doubles a multiplier on that interval (up to
+//!   [`MAX_BACKOFF`]), at most once per [`BURST`] (a burst of throttled calls is one signal,
+//!   not many); it halves again for every [`CALM`] without throttling. Other instances
 //!   and other programs share the account, so the budget alone cannot be trusted.
 //!
 //! The result is bounded by [`MAX_INTERVAL`], so a task is never left unpolled for long.
@@ -25,6 +26,8 @@ pub const WINDOW: Duration = Duration::from_secs(120);
 pub const POLL_SHARE: f64 = 0.8;
 /// The largest multiplier throttling can put on the interval.
 pub const MAX_BACKOFF: u32 = 16;
+/// Throttled calls within this long of the last doubling do not double again.
+pub const BURST: Duration = Duration::from_secs(2);
 /// How long without throttling halves the multiplier.
 pub const CALM: Duration = Duration::from_secs(20);
 /// The longest interval ever advertised.
@@ -46,6 +49,7 @@ struct State {
     /// log2 of the throttling multiplier.
     backoff: u32,
     last_change: Option<Instant>,
+    last_doubled: Option<Instant>,
     throttled: u64,
 }
 
@@ -79,12 +83,16 @@ impl Pacer {
     pub fn throttled(&self) {
         let now = Instant::now();
         let mut s = self.state();
+        s.throttled += 1;
         calm_down(&mut s, now);
-        if (1u32 << s.backoff) < MAX_BACKOFF {
+        let fresh = s
+            .last_doubled
+            .is_none_or(|at| now.duration_since(at) >= BURST);
+        if fresh && (1u32 << s.backoff) < MAX_BACKOFF {
             s.backoff += 1;
+            s.last_doubled = Some(now);
         }
         s.last_change = Some(now);
-        s.throttled += 1;
     }
 
     /// How many throttled calls this pacer has seen.
@@ -147,12 +155,17 @@ mod tests {
     fn throttling_doubles_the_interval_up_to_the_cap() {
         let p = Pacer::new(20.0);
         p.polled("a");
-        p.throttled();
+        let again = |p: &Pacer| {
+            p.throttled();
+            // The next throttle is a new signal, not part of this burst.
+            p.state().last_doubled = Instant::now().checked_sub(BURST);
+        };
+        again(&p);
         assert_eq!(p.interval(), Duration::from_secs(2));
-        p.throttled();
+        again(&p);
         assert_eq!(p.interval(), Duration::from_secs(4));
         for _ in 0..10 {
-            p.throttled();
+            again(&p);
         }
         assert_eq!(p.interval(), Duration::from_secs(16));
         assert_eq!(p.throttled_count(), 12);
@@ -163,9 +176,20 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_of_throttled_calls_doubles_once() {
+        let p = Pacer::new(20.0);
+        for _ in 0..100 {
+            p.throttled();
+        }
+        assert_eq!(p.interval(), Duration::from_secs(2));
+        assert_eq!(p.throttled_count(), 100);
+    }
+
+    #[test]
     fn the_multiplier_calms_down() {
         let p = Pacer::new(20.0);
         p.throttled();
+        p.state().last_doubled = None;
         p.throttled();
         {
             let mut s = p.state();

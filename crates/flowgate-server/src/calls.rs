@@ -158,8 +158,14 @@ impl FlowgateServer {
         let at = started
             .created_at
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        // The first interval already respects the engine's quota (many tasks started at once
+        // must not all come back in a second).
+        let paced = entry
+            .engine
+            .pacing()
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let mut task = Task::new(id, TaskStatus::Working, at.clone(), at)
-            .with_poll_interval_ms(entry.presentation.poll_interval_ms)
+            .with_poll_interval_ms(entry.presentation.poll_interval_ms.max(paced))
             .with_status_message("Started");
         if let Some(ttl) = entry.presentation.ttl_ms {
             task = task.with_ttl_ms(ttl);

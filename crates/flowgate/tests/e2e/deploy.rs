@@ -172,6 +172,25 @@ fn the_sam_template_sets_only_variables_the_binary_reads_and_grants_what_policy_
     ] {
         assert!(sids.contains(&sid), "{sid} missing from the template");
     }
+    // The task-token calls are granted on "*" in both, as the Service Authorization Reference
+    // requires for actions without a resource type.
+    let answer = |statements: &Value| {
+        statements
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["Sid"] == "FlowgateAnswerInputStates"))
+            .map(|s| s["Resource"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let template_answer = policies
+        .iter()
+        .map(|p| answer(&p["PolicyDocument"]["Statement"]))
+        .find(|r| !r.is_null())
+        .unwrap_or(Value::Null);
+    assert_eq!(template_answer, serde_json::json!("*"));
+    assert_eq!(
+        answer(&policy_for(standard_only)["aws"]["function"]["Statement"]),
+        serde_json::json!("*")
+    );
 }
 
 #[test]
