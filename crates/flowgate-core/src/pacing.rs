@@ -14,7 +14,8 @@
 //!   not many); it halves again for every [`CALM`] without throttling. Other instances
 //!   and other programs share the account, so the budget alone cannot be trusted.
 //!
-//! The result is bounded by [`MAX_INTERVAL`], so a task is never left unpolled for long.
+//! The result is bounded by [`MAX_INTERVAL`], so a task is never left unpolled for long; the
+//! server advertises the larger of it and the tool's own `poll_interval_ms`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -111,7 +112,13 @@ impl Pacer {
             .filter(|at| now.duration_since(**at) < WINDOW)
             .count();
         let budget = Duration::from_secs_f64(active as f64 / (self.refill_per_second * POLL_SHARE));
-        let interval = budget.max(Duration::from_secs(1)) * (1u32 << s.backoff);
+        // Unthrottled, the budget alone (the tool's own interval is the floor the server
+        // applies); throttled, at least a second, doubled per signal.
+        let interval = if s.backoff == 0 {
+            budget
+        } else {
+            budget.max(Duration::from_secs(1)) * (1u32 << s.backoff)
+        };
         interval.min(MAX_INTERVAL)
     }
 }
@@ -136,7 +143,7 @@ mod tests {
     #[test]
     fn the_interval_grows_with_the_executions_polled() {
         let p = Pacer::new(20.0);
-        assert_eq!(p.interval(), Duration::from_secs(1));
+        assert_eq!(p.interval(), Duration::ZERO);
         for i in 0..500 {
             p.polled(&format!("x{i}"));
         }
