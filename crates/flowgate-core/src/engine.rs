@@ -182,7 +182,10 @@ pub struct ExecutionSummary {
 
 /// A workflow engine, bound to one tool's target (a state machine, a workflow, a command).
 ///
-/// The engine is the task store: every method asks it afresh, nothing is cached between calls.
+/// The engine is the task store: every method answers from it. An adapter may keep a
+/// process-local copy of what the engine already said when that cannot go stale (a history
+/// that only grows, a finished execution) or only for a moment (a record reused for a second
+/// by concurrent polls), never anything another instance could not read from the engine.
 /// Implementations classify their failures into [`EngineError`] kinds and never retry on their
 /// own; retries with backoff are the caller's policy.
 #[async_trait]
