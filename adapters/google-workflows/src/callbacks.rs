@@ -2,7 +2,7 @@
 //! crate does not cover callbacks.
 
 use flowgate_core::{EngineError, kind_for_status};
-use google_cloud_auth::credentials::AccessTokenCredentials;
+use google_cloud_auth::credentials::{CacheableResource, Credentials};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -51,11 +51,13 @@ struct ListCallbacks {
     next_page_token: Option<String>,
 }
 
-/// How REST calls authenticate: nothing against a test endpoint, else an ADC access token.
+/// How REST calls authenticate: nothing against a test endpoint, else the Application Default
+/// Credentials' own headers (the bearer token, and `x-goog-user-project` when user credentials
+/// name a quota project: without it, user ADC calls are billed to no project and refused).
 #[derive(Debug, Clone)]
 pub(crate) enum Auth {
     Anonymous,
-    Token(AccessTokenCredentials),
+    Adc(Credentials),
 }
 
 #[derive(Debug, Clone)]
@@ -72,15 +74,19 @@ impl Rest {
         url: &str,
     ) -> Result<reqwest::RequestBuilder, EngineError> {
         let mut req = self.http.request(method, url);
-        if let Auth::Token(creds) = &self.auth {
-            let token = creds
-                .access_token()
-                .await
-                .map_err(|e| EngineError::Denied {
-                    engine: KIND,
-                    message: format!("cannot get a Google access token: {e}"),
-                })?;
-            req = req.bearer_auth(token.token);
+        if let Auth::Adc(creds) = &self.auth {
+            let headers =
+                creds
+                    .headers(http::Extensions::new())
+                    .await
+                    .map_err(|e| EngineError::Denied {
+                        engine: KIND,
+                        message: format!("cannot get Google credentials: {e}"),
+                    })?;
+            // Without an entity tag in the request, the headers always come back new.
+            if let CacheableResource::New { data, .. } = headers {
+                req = req.headers(data);
+            }
         }
         Ok(req)
     }

@@ -52,6 +52,11 @@ pub struct GcwTarget {
     /// What to ask while a step waits on a callback, by step name (`"*"`: any step).
     #[serde(default)]
     pub inputs: BTreeMap<String, InputSpec>,
+    /// Labels for every execution (cost labels, owners). Execution labels replace the
+    /// workflow's own in Workflows, so list here the workflow labels executions should keep;
+    /// flowgate adds its `flowgate-*` labels to these.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl GcwTarget {
@@ -70,6 +75,33 @@ impl GcwTarget {
                 return Err(TargetError::at(
                     key,
                     format!("google-workflows target: {key} {value:?} must be a plain id"),
+                ));
+            }
+        }
+        // The API's rules for labels (keys: a lowercase letter first; both: at most 63 of
+        // lowercase letters, digits, `_` and `-`), checked at load rather than at the first call;
+        // the `flowgate-` prefix is flowgate's own.
+        let label_ok = |s: &str, key: bool| {
+            s.len() <= 63
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+                && (!key || s.bytes().next().is_some_and(|b| b.is_ascii_lowercase()))
+        };
+        if t.labels.len() > 61 {
+            return Err(TargetError::at(
+                "labels",
+                "google-workflows target: at most 61 labels (an execution has 64, flowgate uses 3)",
+            ));
+        }
+        for (k, v) in &t.labels {
+            if !label_ok(k, true) || !label_ok(v, false) || k.starts_with("flowgate-") {
+                return Err(TargetError::at(
+                    "labels",
+                    format!(
+                        "google-workflows target: label {k}: {v} is not a Workflows label (keys \
+                         start with a lowercase letter; keys and values are at most 63 lowercase \
+                         letters, digits, `_` and `-`; `flowgate-` keys are flowgate's)"
+                    ),
                 ));
             }
         }
@@ -180,6 +212,18 @@ mod tests {
                 .contains("region")
         );
         assert!(parse(json!({"project": "p/x", "location": "l", "workflow": "w"})).is_err());
+        let with = |labels: Value| {
+            parse(json!({"project": "p", "location": "l", "workflow": "w", "labels": labels}))
+        };
+        assert!(with(json!({"cost-center": "eng_42"})).is_ok());
+        assert!(
+            with(json!({"Cost": "x"}))
+                .expect_err("upper")
+                .contains("Cost")
+        );
+        assert!(with(json!({"1x": "x"})).is_err());
+        assert!(with(json!({"flowgate-tool": "x"})).is_err());
+        assert!(with(json!({"team": "A B"})).is_err());
         assert!(
             parse(
                 json!({"project": "p", "location": "l", "workflow": "w", "call_log_level": "loud"})

@@ -20,6 +20,11 @@ const PRINCIPAL_LABEL: &str = "flowgate-principal";
 /// `executions.create` is not idempotent and a retried call must never create a second.
 const CALL_LABEL: &str = "flowgate-call";
 
+/// Connection set-up, per REST call.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// One attempt of one call.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The most pages one `list` reads.
 const MAX_LIST_PAGES: usize = 50;
 
@@ -104,9 +109,11 @@ impl WorkflowsEngine {
 
 async fn build(target: &GcwTarget) -> Result<(Executions, Rest), EngineError> {
     // flowgate's server retries passing faults with its own backoff; the client must not retry
-    // underneath it (that would multiply the waits).
-    let mut builder =
-        Executions::builder().with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
+    // underneath it (that would multiply the waits). Every attempt has a deadline, so a stalled
+    // endpoint cannot hold a request.
+    let mut builder = Executions::builder()
+        .with_retry_policy(google_cloud_gax::retry_policy::NeverRetry)
+        .with_attempt_timeout(CALL_TIMEOUT);
     let auth = match &target.endpoint {
         Some(endpoint) => {
             builder = builder.with_endpoint(endpoint.clone()).with_credentials(
@@ -116,14 +123,15 @@ async fn build(target: &GcwTarget) -> Result<(Executions, Rest), EngineError> {
         }
         None => {
             let creds = google_cloud_auth::credentials::Builder::default()
-                .build_access_token_credentials()
+                .build()
                 .map_err(|e| EngineError::Denied {
                     engine: KIND,
                     message: format!(
                         "no Google credentials (Application Default Credentials): {e}"
                     ),
                 })?;
-            Auth::Token(creds)
+            builder = builder.with_credentials(creds.clone());
+            Auth::Adc(creds)
         }
     };
     let client = builder
@@ -134,8 +142,17 @@ async fn build(target: &GcwTarget) -> Result<(Executions, Rest), EngineError> {
             message: format!("cannot build the Workflows client: {e}"),
             source: None,
         })?;
+    let http = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(CALL_TIMEOUT)
+        .build()
+        .map_err(|e| EngineError::Unavailable {
+            engine: KIND,
+            message: format!("cannot build the HTTP client: {e}"),
+            source: None,
+        })?;
     let rest = Rest {
-        http: reqwest::Client::new(),
+        http,
         base: target.base_url(),
         auth,
     };
@@ -159,16 +176,20 @@ impl Engine for WorkflowsEngine {
             tracing::info!(execution = %existing.execution, "start reached the execution an earlier attempt of this call created");
             return Ok(existing);
         }
+        // An execution's labels replace its workflow's (the API does not merge them), so the
+        // tool's own `labels` (cost labels, say) go first and flowgate's are added to them.
+        let mut labels = self.target.labels.clone();
+        labels.extend([
+            (TOOL_LABEL.to_owned(), mapping::label_value(&request.tool)),
+            (
+                PRINCIPAL_LABEL.to_owned(),
+                mapping::label_value(&request.principal_digest),
+            ),
+            (CALL_LABEL.to_owned(), mapping::label_value(&key)),
+        ]);
         let mut execution = Execution::new()
             .set_argument(request.arguments.to_string())
-            .set_labels([
-                (TOOL_LABEL.to_owned(), mapping::label_value(&request.tool)),
-                (
-                    PRINCIPAL_LABEL.to_owned(),
-                    mapping::label_value(&request.principal_digest),
-                ),
-                (CALL_LABEL.to_owned(), mapping::label_value(&key)),
-            ]);
+            .set_labels(labels);
         if let Some(level) = self.target.call_log_level {
             execution = execution.set_call_log_level(match level {
                 CallLogLevel::LogAllCalls => execution::CallLogLevel::LogAllCalls,
@@ -220,11 +241,30 @@ impl Engine for WorkflowsEngine {
         match record.state {
             TaskState::Completed => record.output = Some(mapping::json_field(&e.result)),
             TaskState::Failed => {
-                let (payload, context) = e
+                let (payload, mut context) = e
                     .error
                     .as_ref()
                     .map(|err| (mapping::json_field(&err.payload), err.context.clone()))
                     .unwrap_or_default();
+                // Where it raised: the innermost step of the stack trace.
+                if let Some(at) = e
+                    .error
+                    .as_ref()
+                    .and_then(|err| err.stack_trace.as_ref())
+                    .and_then(|t| t.elements.last())
+                    .filter(|at| !at.step.is_empty())
+                {
+                    let place = if at.routine.is_empty() || at.routine == "main" {
+                        format!("in step {}", at.step)
+                    } else {
+                        format!("in step {} of {}", at.step, at.routine)
+                    };
+                    context = if context.is_empty() {
+                        place
+                    } else {
+                        format!("{context} ({place})")
+                    };
+                }
                 record.failure = Some(EngineFailure {
                     error: mapping::error_summary(&payload),
                     cause: Some(if context.is_empty() {
@@ -236,6 +276,13 @@ impl Engine for WorkflowsEngine {
             }
             TaskState::Unknown => {
                 record.status_message = e.state_error.as_ref().map(|s| s.details.clone());
+            }
+            // QUEUED: held in the workflow's backlog (its concurrent-execution limit); it has no
+            // start time yet (the server then uses the time the task was created).
+            TaskState::Submitted => {
+                record.status_message = Some(
+                    "Queued: waiting in the workflow's backlog for a free execution slot".into(),
+                );
             }
             // UNAVAILABLE: the execution's data cannot be read now (e.g. a revoked KMS key); it
             // has not ended, so the task keeps working and says why.

@@ -42,6 +42,19 @@ pub fn make_unavailable(url: &str, execution: &str, details: Option<&str>) {
     );
 }
 
+/// Gives `workflow` a concurrency limit in the fake (`None` lifts it): executions beyond it
+/// wait QUEUED in a backlog, with no start time, as the real service's do.
+///
+/// # Panics
+/// When the fake cannot be reached or refuses.
+pub fn set_backlog(url: &str, workflow: &str, limit: Option<u32>) {
+    fake_control(
+        url,
+        "/fake/backlog",
+        &json!({"workflow": workflow, "limit": limit}),
+    );
+}
+
 /// POSTs `body` to one of the fake's test-control paths (blocking, with a deadline).
 fn fake_control(url: &str, path: &str, body: &Value) {
     let authority = url

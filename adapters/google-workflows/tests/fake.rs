@@ -8,7 +8,7 @@ use flowgate_core::conformance::{Case, Fixture, run_all};
 use flowgate_core::{Engine, ListFilter, StartRequest, TaskState};
 use flowgate_google_workflows::WorkflowsEngine;
 use flowgate_google_workflows::testing::{
-    fake_url, lose_next_start_answer, make_unavailable, target,
+    fake_url, lose_next_start_answer, make_unavailable, set_backlog, target,
 };
 use serde_json::json;
 
@@ -106,6 +106,8 @@ async fn a_failed_execution_carries_the_error_payload_and_context() {
                 cause.contains("\"code\":422") || cause.contains("\"code\": 422"),
                 "{cause}"
             );
+            // The stack trace names the step that raised.
+            assert!(cause.contains("(in step "), "{cause}");
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -213,4 +215,167 @@ async fn list_honours_the_limit_and_the_tool_label_filter() {
     for x in &started {
         e.cancel(x).await.expect("cancel");
     }
+}
+
+fn request(arguments: serde_json::Value) -> StartRequest {
+    StartRequest::new("t", arguments, format!("p-{:016x}", rand_u64()))
+}
+
+fn rand_u64() -> u64 {
+    rand::random()
+}
+
+/// An execution held in the workflow's backlog is QUEUED with no start time: submitted, saying
+/// so, with no made-up creation time; it starts when a slot frees, and can be cancelled while
+/// it waits.
+#[tokio::test]
+async fn a_queued_execution_is_submitted_without_a_start_time_and_starts_when_a_slot_frees() {
+    let url = fake_url();
+    set_backlog(&url, "queued", Some(1));
+    let e = WorkflowsEngine::new(target(&url, "queued", json!({})));
+    let running = e
+        .start(request(json!({"seconds": 600})))
+        .await
+        .expect("start")
+        .execution;
+    let waiting = e
+        .start(request(json!({"seconds": 600})))
+        .await
+        .expect("start");
+    let third = e
+        .start(request(json!({"seconds": 600})))
+        .await
+        .expect("start")
+        .execution;
+    let r = e.get(&waiting.execution).await.expect("get");
+    assert_eq!(r.state, TaskState::Submitted, "{r:?}");
+    assert_eq!(r.engine_status, "QUEUED");
+    assert!(r.status_message.unwrap_or_default().contains("backlog"));
+    assert_eq!(
+        r.created_at.timestamp(),
+        0,
+        "no start time yet: the engine invents none (the server uses the handle's)"
+    );
+    assert!(
+        waiting.created_at.timestamp() > 0,
+        "the start's time is real"
+    );
+    // Cancelled while queued: it never runs.
+    e.cancel(&third).await.expect("cancel a queued execution");
+    assert_eq!(
+        e.get(&third).await.expect("get").state,
+        TaskState::Cancelled
+    );
+    // A slot frees: the queued one starts.
+    e.cancel(&running).await.expect("cancel");
+    let mut started = None;
+    for _ in 0..50 {
+        let r = e.get(&waiting.execution).await.expect("get");
+        if r.state == TaskState::Working {
+            started = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let started = started.expect("the queued execution started");
+    assert!(started.created_at.timestamp() > 0, "{started:?}");
+    e.cancel(&waiting.execution).await.expect("cancel");
+    set_backlog(&url, "queued", None);
+}
+
+/// The callbacks list comes in pages whose tokens hold `+`, `/` and `=`: the callback waiting
+/// on the second page is found and answered.
+#[tokio::test]
+async fn a_callback_on_a_later_page_is_found_and_answered() {
+    let url = fake_url();
+    let e = WorkflowsEngine::new(target(&url, "many_callbacks", json!({})));
+    let x = e.start(request(json!({}))).await.expect("start").execution;
+    let mut asked = None;
+    for _ in 0..100 {
+        let r = e.get(&x).await.expect("get");
+        if r.state == TaskState::InputRequired {
+            asked = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let asked = asked.expect("the third callback waits");
+    assert_eq!(asked.input_requests.len(), 1, "{asked:?}");
+    let key = asked.input_requests[0].key.clone();
+    let answer = flowgate_core::InputResponse {
+        action: flowgate_core::Action::Accept,
+        content: Some(json!({"answer": "third"})),
+    };
+    e.respond(&x, &key, answer).await.expect("respond");
+    for _ in 0..100 {
+        let r = e.get(&x).await.expect("get");
+        if r.state.is_terminal() {
+            assert_eq!(r.state, TaskState::Completed, "{r:?}");
+            assert_eq!(r.output, Some(json!({"answer": "third"})));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("did not finish");
+}
+
+/// The service's limits reach the caller as bad input, and nothing is started: an argument
+/// over 32 KB, a workflow whose YAML does not parse.
+#[tokio::test]
+async fn oversized_arguments_and_unparsable_workflows_are_refused_and_start_nothing() {
+    let url = fake_url();
+    let e = WorkflowsEngine::new(target(&url, "sleepy", json!({})));
+    let principal = format!("big-{:016x}", rand_u64());
+    let big = StartRequest::new(
+        "t",
+        json!({"name": "x".repeat(33 * 1024)}),
+        principal.clone(),
+    );
+    let err = e.start(big).await.expect_err("over 32 KB");
+    assert!(
+        matches!(err, flowgate_core::EngineError::InvalidInput { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("32KB"), "{err}");
+    assert!(
+        e.list(ListFilter::for_principal(principal, None))
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    let broken = WorkflowsEngine::new(target(&url, "broken", json!({})));
+    let err = broken
+        .start(request(json!({})))
+        .await
+        .expect_err("unparsable workflow");
+    assert!(
+        matches!(err, flowgate_core::EngineError::InvalidInput { .. }),
+        "{err:?}"
+    );
+}
+
+/// The tool's own labels stay on its executions next to flowgate's (execution labels replace
+/// the workflow's, so cost labels must be given here).
+#[tokio::test]
+async fn the_tools_labels_are_kept_beside_flowgates() {
+    let url = fake_url();
+    let e = WorkflowsEngine::new(target(
+        &url,
+        "sleepy",
+        json!({"labels": {"cost-center": "eng-42"}}),
+    ));
+    let x = e
+        .start(request(json!({"name": "n", "seconds": 30})))
+        .await
+        .expect("start")
+        .execution;
+    let raw: serde_json::Value = reqwest::get(format!("{url}/v1/{}", x.0))
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(raw["labels"]["cost-center"], "eng-42", "{raw}");
+    assert_eq!(raw["labels"]["flowgate-tool"], "t", "{raw}");
+    e.cancel(&x).await.expect("cancel");
 }

@@ -50,7 +50,8 @@ impl FlowgateServer {
         let how = entry.presentation.clone();
         let kind = entry.engine.kind();
         let wire = match reading(kind, || entry.engine.get(&handle.execution)).await {
-            Ok(record) => {
+            Ok(mut record) => {
+                known_times(&mut record, &handle);
                 if record.state.is_terminal() {
                     let execution = Some(handle.execution.0.as_str());
                     audit::finished(ctx, &entry.spec.name, execution, record.state.as_str());
@@ -153,6 +154,18 @@ impl FlowgateServer {
         tracing::info!(tool = %entry.spec.name, execution = %handle.execution, "cancel requested");
         audit::cancelled(ctx, &entry.spec.name, handle.execution.0.as_str());
         Ok(())
+    }
+}
+
+/// An engine may not have a creation time yet (a Workflows execution QUEUED in a backlog has
+/// no `startTime`): the handle's, from when the start returned, is the task's creation then,
+/// never 1970 (clients computing `createdAt + ttlMs` would take the task for expired).
+fn known_times(record: &mut flowgate_core::ExecutionRecord, handle: &TaskHandle) {
+    if record.created_at.timestamp() <= 0 {
+        record.created_at = handle.created_at;
+    }
+    if record.updated_at < record.created_at {
+        record.updated_at = record.created_at;
     }
 }
 

@@ -17,16 +17,27 @@ Shortcuts this fake takes (everything else follows the discovery document):
   revisions (workflowRevisionId is fixed at "000001-fake").
 - No authentication: requests are accepted without a token (flowgate uses anonymous
   credentials against a test endpoint).
-- State is in memory; executions are never purged. QUEUED is never used (executions start at
-  once). UNAVAILABLE is produced only on request: test control `POST /fake/unavailable` with
+- State is in memory; executions are never purged.
+- Backlog: the real service queues executions beyond a workflow's concurrency limit (QUEUED,
+  no `startTime` until they start). Here a workflow has no limit until a test sets one:
+  `POST /fake/backlog` with `{"workflow": ID, "limit": N}` queues that workflow's executions
+  beyond N running ones, and starts queued ones as running ones end (`"limit": null` lifts it).
+- UNAVAILABLE is produced only on request: test control `POST /fake/unavailable` with
   `{"execution": NAME, "details": TEXT}` makes that execution read as UNAVAILABLE with
   `stateError` (`{"execution": NAME}` without details restores it).
+- Page tokens are opaque base64 (with `+`, `/` and `=` in them, as real ones have) of an offset;
+  callbacks come at most two a page (the API may return fewer than pageSize), so paging is
+  always exercised.
+- `argument` is limited to 32 KiB (the documented limit), checked as UTF-8 bytes; a workflow
+  whose YAML does not parse is refused with 400 at create (the real service refuses to deploy
+  it, so a create would meet the last revision that did deploy).
 - Cancel is cooperative: it takes effect at the next step, inside `sys.sleep`, or while waiting
   on a callback (the interpreter has no other suspension points).
 - List filters support `state` and `labels.KEY` equality and `labels.KEY:*` (has) joined by
   AND (a subset of AIP-160);
   orderBy is always `createTime desc`; `view=BASIC` drops the fields the document says it drops.
-- `error.stackTrace` is not produced; `error.context` is the interpreter's message.
+- `error.stackTrace` has one element, the step that was running (routine and step; no source
+  position); `error.context` is the interpreter's message.
 - Callbacks: only HTTP callbacks; `availablePayloads` lists payloads received but not yet
   awaited; a callback request's `query` is always empty.
 - A test-only control path, `POST /fake/lose-next-create`, makes the next executions.create take
@@ -37,6 +48,7 @@ Shortcuts this fake takes (everything else follows the discovery document):
 """
 
 import argparse
+import base64
 import hashlib
 import contextvars
 import json
@@ -86,6 +98,45 @@ class Cancelled(Exception):
 
 # Set by POST /fake/lose-next-create: the next create happens, and its answer is lost.
 LOSE_NEXT_CREATE = False
+# Set by POST /fake/backlog: {workflow id: the most executions running at once}.
+LIMITS = {}
+# Executions waiting for a slot, with their parsed workflow: [(Execution, config)].
+BACKLOG = []
+ARGUMENT_LIMIT = 32 * 1024
+CALLBACKS_PAGE = 2
+
+
+def encode_token(offset):
+    """An opaque page token: base64 that always holds '+', '/' and '=' (as Google's do)."""
+    return base64.b64encode(b"\xfb\xff\xfe" + str(offset).encode() + b"\xfb").decode()
+
+
+def decode_token(token):
+    if not token:
+        return 0
+    try:
+        raw = base64.b64decode(token.encode(), validate=True)
+        if raw[:3] != b"\xfb\xff\xfe" or raw[-1:] != b"\xfb":
+            raise ValueError
+        return int(raw[3:-1])
+    except (ValueError, TypeError):
+        raise ValueError("invalid page token")
+
+
+def running_count(workflow):
+    return sum(1 for e in EXECUTIONS.values() if e.workflow == workflow and e.state == "ACTIVE")
+
+
+def start_queued():
+    """Starts queued executions while their workflows have free slots (call with LOCK held)."""
+    for item in list(BACKLOG):
+        ex, config = item
+        limit = LIMITS.get(ex.workflow)
+        if limit is None or running_count(ex.workflow) < limit:
+            BACKLOG.remove(item)
+            ex.state = "ACTIVE"
+            ex.start_time = now()
+            threading.Thread(target=run, args=(ex, config), daemon=True, name=ex.name).start()
 
 
 def now():
@@ -119,16 +170,18 @@ class Execution:
         out = {
             "name": self.name,
             "createTime": rfc3339(self.create_time),
-            "startTime": rfc3339(self.start_time),
             "state": STATES.index(self.state) if int_enums else self.state,
             "workflowRevisionId": "000001-fake",
             "labels": self.labels,
             "argument": self.argument,
             "callLogLevel": LOG_LEVELS.index(self.call_log_level) if int_enums else self.call_log_level,
         }
+        if self.start_time:
+            out["startTime"] = rfc3339(self.start_time)
         if self.end_time:
             out["endTime"] = rfc3339(self.end_time)
-            out["duration"] = f"{(self.end_time - self.start_time).total_seconds():.3f}s"
+            if self.start_time:  # an execution cancelled while QUEUED never ran
+                out["duration"] = f"{(self.end_time - self.start_time).total_seconds():.3f}s"
         if self.result is not None:
             out["result"] = self.result
         if self.error is not None:
@@ -245,18 +298,25 @@ def run(ex, config):
     except WorkflowError as err:
         payload = err.payload if isinstance(err.payload, (dict, str, list)) else str(err.payload)
         with LOCK:
-            ex.error = {"payload": json.dumps(payload), "context": f"RuntimeError: {err}"}
+            ex.error = {"payload": json.dumps(payload), "context": f"RuntimeError: {err}",
+                        "stackTrace": stack_trace(ex)}
             ex.state = "FAILED"
     except Exception as err:  # the interpreter's own failures are workflow failures too
         with LOCK:
             ex.error = {"payload": json.dumps({"message": str(err), "tags": [type(err).__name__]}),
-                        "context": f"{type(err).__name__}: {err}"}
+                        "context": f"{type(err).__name__}: {err}", "stackTrace": stack_trace(ex)}
             ex.state = "FAILED"
     finally:
         with LOCK:
             if ex.state == "ACTIVE":
                 ex.state = "FAILED"
             ex.end_time = now()
+            start_queued()
+
+
+def stack_trace(ex):
+    """`error.stackTrace` as the discovery document shapes it: the step that was running."""
+    return {"elements": [{"step": step, "routine": routine} for routine, step in ex.steps[-1:]]}
 
 
 # --- REST ----------------------------------------------------------------------------------
@@ -343,19 +403,31 @@ class Handler(BaseHTTPRequestHandler):
                 return self.error(400, "INVALID_ARGUMENT", str(err))
             view = self.view(query, "BASIC")
             size = min(int(query.get("pageSize", ["100"])[0] or 100), 100 if view == "FULL" else 1000) or 100
-            start = int(query.get("pageToken", ["0"])[0] or 0)
+            try:
+                start = decode_token(query.get("pageToken", [""])[0])
+            except ValueError as err:
+                return self.error(400, "INVALID_ARGUMENT", str(err))
             page = found[start:start + size]
-            out = {"executions": [e.to_json(view, int_enums) for e in page]}
+            with LOCK:
+                out = {"executions": [e.to_json(view, int_enums) for e in page]}
             if start + size < len(found):
-                out["nextPageToken"] = str(start + size)
+                out["nextPageToken"] = encode_token(start + size)
             return self.send_json(200, out)
         if m := CALLBACKS.match(path):
             ex = EXECUTIONS.get(m.group(1))
             if ex is None:
                 return self.error(404, "NOT_FOUND", f"execution {m.group(1)} not found")
+            try:
+                start = decode_token(query.get("pageToken", [""])[0])
+            except ValueError as err:
+                return self.error(400, "INVALID_ARGUMENT", str(err))
+            size = min(int(query.get("pageSize", ["100"])[0] or 100), CALLBACKS_PAGE)
             with LOCK:
                 callbacks = [cb.to_json() for cb in ex.callbacks.values()]
-            return self.send_json(200, {"callbacks": callbacks})
+            out = {"callbacks": callbacks[start:start + size]}
+            if start + size < len(callbacks):
+                out["nextPageToken"] = encode_token(start + size)
+            return self.send_json(200, out)
         if (m := EXEC_ONE.match(path)) and not m.group(2):
             ex = EXECUTIONS.get(m.group(1))
             if ex is None:
@@ -371,6 +443,15 @@ class Handler(BaseHTTPRequestHandler):
         path, query, int_enums = self.parsed()
         if path == "/fake/lose-next-create":
             LOSE_NEXT_CREATE = True
+            return self.send_json(200, {})
+        if path == "/fake/backlog":
+            body = self.body()
+            with LOCK:
+                if body.get("limit") is None:
+                    LIMITS.pop(str(body.get("workflow")), None)
+                else:
+                    LIMITS[str(body.get("workflow"))] = int(body["limit"])
+                start_queued()
             return self.send_json(200, {})
         if path == "/fake/unavailable":
             body = self.body()
@@ -391,15 +472,32 @@ class Handler(BaseHTTPRequestHandler):
             if len(labels) > 64 or any(not re.fullmatch(r"[a-z0-9_-]{1,63}", k) or not re.fullmatch(r"[a-z0-9_-]{0,63}", v)
                                        for k, v in labels.items()):
                 return self.error(400, "INVALID_ARGUMENT", "labels must be lowercase [a-z0-9_-], at most 63 characters")
+            argument = body.get("argument") or "null"
+            if len(argument.encode()) > ARGUMENT_LIMIT:
+                return self.error(400, "INVALID_ARGUMENT",
+                                  f"argument is {len(argument.encode())} bytes; the limit is 32KB")
             try:
-                json.loads(body.get("argument") or "null")
+                json.loads(argument)
             except ValueError:
                 return self.error(400, "INVALID_ARGUMENT", "argument is not valid JSON")
+            try:
+                config = yaml.safe_load(source.read_text())
+            except yaml.YAMLError as err:
+                return self.error(400, "FAILED_PRECONDITION", f"workflow {parent} does not parse: {err}")
             ex = Execution(f"{parent}/executions/{uuid.uuid4()}", workflow, body)
             with LOCK:
                 EXECUTIONS[ex.name] = ex
-            config = yaml.safe_load(source.read_text())
-            threading.Thread(target=run, args=(ex, config), daemon=True, name=ex.name).start()
+                limit = LIMITS.get(workflow)
+                if limit is not None and running_count(workflow) > limit:
+                    # Over the limit (this one counts as ACTIVE until queued): into the backlog.
+                    ex.state = "QUEUED"
+                    ex.start_time = None
+                    BACKLOG.append((ex, config))
+                    queued = True
+                else:
+                    queued = False
+            if not queued:
+                threading.Thread(target=run, args=(ex, config), daemon=True, name=ex.name).start()
             if LOSE_NEXT_CREATE:
                 LOSE_NEXT_CREATE = False
                 self.close_connection = True
@@ -411,6 +509,11 @@ class Handler(BaseHTTPRequestHandler):
             if ex is None:
                 return self.error(404, "NOT_FOUND", f"execution {m.group(1)} not found")
             with LOCK:
+                if ex.state == "QUEUED":  # never started: it leaves the backlog cancelled
+                    BACKLOG[:] = [item for item in BACKLOG if item[0] is not ex]
+                    ex.state = "CANCELLED"
+                    ex.end_time = now()
+                    return self.send_json(200, ex.to_json("FULL", int_enums))
                 if ex.state != "ACTIVE":
                     return self.error(400, "FAILED_PRECONDITION", f"execution is {ex.state}, not ACTIVE")
             ex.cancel.set()

@@ -1,7 +1,7 @@
 //! Google Cloud Workflows tools through the whole server, against the executions-API fake that
 //! runs the real workflow YAML.
 
-use flowgate_google_workflows::testing::fake_url;
+use flowgate_google_workflows::testing::{fake_url, set_backlog};
 use rmcp::model::TaskStatus;
 use serde_json::json;
 
@@ -150,4 +150,49 @@ async fn workflows_tasks_complete_fail_ask_cancel_and_survive_a_server_restart()
         "the execution itself was cancelled"
     );
     client.cancel().await.ok();
+}
+
+/// A task whose execution waits QUEUED in the workflow's backlog (no start time yet) is
+/// `working` with a real `createdAt`, the task's creation, never 1970.
+#[tokio::test]
+async fn a_queued_execution_has_the_tasks_creation_time() {
+    let url = fake_url();
+    set_backlog(&url, "backlogged", Some(1));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("backlog.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "tools:\n  - name: hold\n    task: required\n    target: {{engine: google-workflows, project: flowgate-tests, location: us-central1, workflow: backlogged, endpoint: \"{url}\"}}\n"
+        ),
+    )
+    .expect("write manifest");
+    let server = Server::start(dir.path(), Some(&path));
+    let client = http_client(&server.url, true).await;
+    let running = start_task(&client, "hold", json!({"seconds": 600})).await;
+    let rmcp::model::CallToolResponse::Task(created) = client
+        .call_tool_once(call("hold", json!({"seconds": 600})))
+        .await
+        .expect("tools/call")
+    else {
+        panic!("expected a task")
+    };
+    let queued = created.task.task_id.clone();
+    let got = get(&client, &queued).await;
+    assert_eq!(got.task.status(), TaskStatus::Working);
+    let message = got.task.task.status_message.clone().unwrap_or_default();
+    assert!(message.contains("backlog"), "{message}");
+    assert_eq!(got.task.task.created_at, created.task.created_at);
+    assert!(
+        !got.task.task.created_at.starts_with("1970"),
+        "{}",
+        got.task.task.created_at
+    );
+    for id in [&running, &queued] {
+        client
+            .cancel_task(rmcp::model::CancelTaskParams::new(id.to_string()))
+            .await
+            .expect("cancel");
+    }
+    set_backlog(&url, "backlogged", None);
 }
