@@ -18,6 +18,16 @@ pub enum CallLogLevel {
     LogNone,
 }
 
+/// How calls authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialsKind {
+    /// Application Default Credentials (the default without `endpoint`).
+    Adc,
+    /// No credentials (the default with `endpoint`: an emulator or a test fake).
+    Anonymous,
+}
+
 /// What to ask while a step waits on a callback.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,9 +53,13 @@ pub struct GcwTarget {
     pub location: String,
     /// The workflow id.
     pub workflow: String,
-    /// Another endpoint (a test fake): then no credentials are sent.
+    /// Another endpoint (a regional or private endpoint, an emulator, a test fake).
     #[serde(default)]
     pub endpoint: Option<String>,
+    /// `adc` or `anonymous`: by default ADC, and anonymous when `endpoint` is set (a regional
+    /// endpoint needs `credentials: adc`).
+    #[serde(default)]
+    pub credentials: Option<CredentialsKind>,
     /// The execution's call log level (the workflow's own setting by default).
     #[serde(default)]
     pub call_log_level: Option<CallLogLevel>,
@@ -138,6 +152,14 @@ impl GcwTarget {
         let project_ok = *project == self.project
             || (!project.is_empty() && project.bytes().all(|b| b.is_ascii_digit()));
         project_ok && *location == self.location && *workflow == self.workflow && !id.is_empty()
+    }
+
+    /// How this tool's calls authenticate.
+    pub fn credentials_kind(&self) -> CredentialsKind {
+        self.credentials.unwrap_or(match self.endpoint {
+            Some(_) => CredentialsKind::Anonymous,
+            None => CredentialsKind::Adc,
+        })
     }
 
     /// The base URL of the REST API.

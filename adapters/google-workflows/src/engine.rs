@@ -10,6 +10,7 @@ use google_cloud_workflows_executions_v1::model::{Execution, ExecutionView, exec
 use tokio::sync::OnceCell;
 
 use crate::callbacks::{Auth, Rest};
+use crate::config::CredentialsKind;
 use crate::error::classify;
 use crate::{CallLogLevel, GcwTarget, KIND, mapping};
 
@@ -114,14 +115,17 @@ async fn build(target: &GcwTarget) -> Result<(Executions, Rest), EngineError> {
     let mut builder = Executions::builder()
         .with_retry_policy(google_cloud_gax::retry_policy::NeverRetry)
         .with_attempt_timeout(CALL_TIMEOUT);
-    let auth = match &target.endpoint {
-        Some(endpoint) => {
-            builder = builder.with_endpoint(endpoint.clone()).with_credentials(
+    if let Some(endpoint) = &target.endpoint {
+        builder = builder.with_endpoint(endpoint.clone());
+    }
+    let auth = match target.credentials_kind() {
+        CredentialsKind::Anonymous => {
+            builder = builder.with_credentials(
                 google_cloud_auth::credentials::anonymous::Builder::new().build(),
             );
             Auth::Anonymous
         }
-        None => {
+        CredentialsKind::Adc => {
             let creds = google_cloud_auth::credentials::Builder::default()
                 .build()
                 .map_err(|e| EngineError::Denied {

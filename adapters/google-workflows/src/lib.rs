@@ -27,7 +27,7 @@ mod engine;
 mod error;
 mod mapping;
 
-pub use config::{CallLogLevel, GcwTarget, InputSpec};
+pub use config::{CallLogLevel, CredentialsKind, GcwTarget, InputSpec};
 pub use engine::WorkflowsEngine;
 
 /// The engine kind manifests name: `engine: google-workflows`.

@@ -15,8 +15,13 @@ Shortcuts this fake takes (everything else follows the discovery document):
   the project id; requests may name the project by id or number.
 - Any project and location; a workflow is a YAML file named after its id; no workflow
   revisions (workflowRevisionId is fixed at "000001-fake").
-- No authentication: requests are accepted without a token (flowgate uses anonymous
-  credentials against a test endpoint).
+- Authentication, for the projects named with `--secure-project ID` (others are anonymous, so
+  most tests need no credentials): every API and callback request needs `Authorization: Bearer`
+  with a token this fake issued, else 401 UNAUTHENTICATED. Tokens come from the fake's own STS
+  token exchange at `POST /v1/token` (an external-account ADC file whose `token_url` points
+  here gets one; the subject token is not verified). `GET /fake/seen?project=ID` lists the
+  last requests to a secure project with whether their token was good and their
+  `x-goog-user-project`. IAM permissions are not checked.
 - State is in memory; executions are never purged.
 - Backlog: the real service queues executions beyond a workflow's concurrency limit (QUEUED,
   no `startTime` until they start). Here a workflow has no limit until a test sets one:
@@ -26,8 +31,8 @@ Shortcuts this fake takes (everything else follows the discovery document):
   `{"execution": NAME, "details": TEXT}` makes that execution read as UNAVAILABLE with
   `stateError` (`{"execution": NAME}` without details restores it).
 - Page tokens are opaque base64 (with `+`, `/` and `=` in them, as real ones have) of an offset;
-  callbacks come at most two a page (the API may return fewer than pageSize), so paging is
-  always exercised.
+  executions and callbacks come at most two a page (the API may return fewer than pageSize), so
+  paging is always exercised.
 - `argument` is limited to 32 KiB (the documented limit), checked as UTF-8 bytes; a workflow
   whose YAML does not parse is refused with 400 at create (the real service refuses to deploy
   it, so a create would meet the last revision that did deploy).
@@ -98,12 +103,21 @@ class Cancelled(Exception):
 
 # Set by POST /fake/lose-next-create: the next create happens, and its answer is lost.
 LOSE_NEXT_CREATE = False
+# --secure-project: project ids (and their numbers) whose requests need a token.
+SECURE = set()
+# Access tokens /v1/token issued.
+TOKENS = set()
+# The last requests to secure projects: [{method, path, token_ok, user_project}].
+SEEN = []
+
 # Set by POST /fake/backlog: {workflow id: the most executions running at once}.
 LIMITS = {}
 # Executions waiting for a slot, with their parsed workflow: [(Execution, config)].
 BACKLOG = []
 ARGUMENT_LIMIT = 32 * 1024
 CALLBACKS_PAGE = 2
+# Executions a list page holds at most (the API may return fewer than pageSize).
+LIST_PAGE = 2
 
 
 def encode_token(offset):
@@ -371,11 +385,45 @@ class Handler(BaseHTTPRequestHandler):
         int_enums = "enum-encoding=int" in urllib.parse.unquote(url.query)
         return with_project_number(urllib.parse.unquote(url.path)), query, int_enums
 
+    def project_of(self, path):
+        m = re.match(r"^/v1/projects/([^/]+)/", path)
+        return m.group(1) if m else None
+
+    def authorized(self, path):
+        """False (after answering 401) when `path` is in a secure project without a good token."""
+        project = self.project_of(path)
+        if project is None or project not in SECURE:
+            return True
+        auth = self.headers.get("authorization", "")
+        token_ok = auth.startswith("Bearer ") and auth[len("Bearer "):] in TOKENS
+        with LOCK:
+            SEEN.append({"method": self.command, "path": path, "token_ok": token_ok,
+                         "user_project": self.headers.get("x-goog-user-project")})
+            del SEEN[:-100]
+        if not token_ok:
+            self.error(401, "UNAUTHENTICATED",
+                       "Request had invalid authentication credentials. Expected OAuth 2 access token.")
+        return token_ok
+
+    def token_exchange(self):
+        """The STS token exchange (RFC 8693) an external-account credential makes."""
+        form = urllib.parse.parse_qs(self._raw.decode(errors="replace"))
+        grant = form.get("grant_type", [""])[0]
+        if grant != "urn:ietf:params:oauth:grant-type:token-exchange" or not form.get("subject_token", [""])[0]:
+            return self.send_json(400, {"error": "invalid_request",
+                                        "error_description": "a token exchange needs grant_type and subject_token"})
+        token = "ya29.fake-" + uuid.uuid4().hex
+        with LOCK:
+            TOKENS.add(token)
+        return self.send_json(200, {"access_token": token, "token_type": "Bearer", "expires_in": 3600,
+                                    "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"})
+
     def read_body(self):
         """Reads this request's JSON body (every request's body is read, so that a kept-alive
         connection stays in step even when a GET carries one); None when it is not JSON."""
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
+        self._raw = raw
         try:
             self._body = json.loads(raw) if raw.strip() else {}
         except ValueError:
@@ -392,6 +440,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         self.read_body()
         path, query, int_enums = self.parsed()
+        if path == "/fake/seen":
+            project = project_number(query.get("project", [""])[0])
+            with LOCK:
+                seen = [r for r in SEEN if self.project_of(r["path"]) == project]
+            return self.send_json(200, {"requests": seen})
+        if not self.authorized(path):
+            return None
         if m := EXEC_COLLECTION.match(path):
             parent = m.group(1)
             with LOCK:
@@ -403,6 +458,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.error(400, "INVALID_ARGUMENT", str(err))
             view = self.view(query, "BASIC")
             size = min(int(query.get("pageSize", ["100"])[0] or 100), 100 if view == "FULL" else 1000) or 100
+            size = min(size, LIST_PAGE)
             try:
                 start = decode_token(query.get("pageToken", [""])[0])
             except ValueError as err:
@@ -438,9 +494,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         global LOSE_NEXT_CREATE
-        if self.read_body() is None:
-            return self.error(400, "INVALID_ARGUMENT", "the body is not JSON")
+        body = self.read_body()
         path, query, int_enums = self.parsed()
+        if path == "/v1/token":
+            return self.token_exchange()
+        if body is None:
+            return self.error(400, "INVALID_ARGUMENT", "the body is not JSON")
+        if not self.authorized(path):
+            return None
         if path == "/fake/lose-next-create":
             LOSE_NEXT_CREATE = True
             return self.send_json(200, {})
@@ -528,6 +589,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_PUT(self):
         if self.read_body() is None:
             return self.error(400, "INVALID_ARGUMENT", "the body is not JSON")
+        if not self.authorized(self.parsed()[0]):
+            return None
         return self.callback()
 
     def callback(self):
@@ -556,7 +619,11 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workflows", required=True)
     parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
+    parser.add_argument("--secure-project", action="append", default=[],
+                        help="a project whose requests need a bearer token from /v1/token")
     args = parser.parse_args()
+    for project in args.secure_project:
+        SECURE.add(project_number(project))
     global VERBOSE
     VERBOSE = args.verbose
     WORKFLOWS_DIR = pathlib.Path(args.workflows)

@@ -196,3 +196,109 @@ async fn a_queued_execution_has_the_tasks_creation_time() {
     }
     set_backlog(&url, "backlogged", None);
 }
+
+/// With `credentials: adc`, the Application Default Credentials (here an external-account file
+/// whose token exchange the fake answers) reach every call: the client crate's and the REST
+/// calls flowgate makes itself (callbacks list, the callback), with `x-goog-user-project`.
+/// Without credentials, a project that needs them refuses, and the tool error says so.
+#[tokio::test]
+async fn adc_credentials_and_the_quota_project_reach_every_call() {
+    let url = fake_url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let subject = dir.path().join("subject.jwt");
+    std::fs::write(&subject, "eyJhbGciOiJub25lIn0.eyJzdWIiOiJjaSJ9.").expect("subject token");
+    let adc = dir.path().join("adc.json");
+    std::fs::write(
+        &adc,
+        json!({
+            "type": "external_account",
+            "audience": "//iam.googleapis.com/projects/123456789012/locations/global/workloadIdentityPools/ci/providers/fake",
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+            "token_url": format!("{url}/v1/token"),
+            "credential_source": {"file": subject},
+        })
+        .to_string(),
+    )
+    .expect("adc file");
+    let tool = |name: &str, credentials: &str| {
+        format!(
+            "  - name: {name}\n    task: required\n    poll_interval_ms: 200\n    target: {{engine: google-workflows, project: flowgate-secure, location: us-central1, workflow: approval, endpoint: \"{url}\", credentials: {credentials}, inputs: {{'*': {{message: 'Go?'}}}}}}\n"
+        )
+    };
+    let path = dir.path().join("secure.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "tools:\n{}{}",
+            tool("signed", "adc"),
+            tool("unsigned", "anonymous")
+        ),
+    )
+    .expect("manifest");
+    let adc_path = adc.to_string_lossy().into_owned();
+    let server = Server::start_with(
+        dir.path(),
+        Some(&path),
+        &[
+            ("GOOGLE_APPLICATION_CREDENTIALS", adc_path.as_str()),
+            ("GOOGLE_CLOUD_QUOTA_PROJECT", "billing-project"),
+        ],
+        None,
+    );
+    let client = http_client(&server.url, true).await;
+
+    let id = start_task(&client, "signed", json!({"service": "web"})).await;
+    let asked = poll_until(&client, &id, &[TaskStatus::InputRequired], &mut vec![]).await;
+    let key = first_input_key(&asked);
+    answer(
+        &client,
+        &id,
+        &key,
+        json!({"action": "accept", "content": {"answer": "ok"}}),
+    )
+    .await;
+    let done = poll_until(
+        &client,
+        &id,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(done["status"], "completed", "{done}");
+
+    let seen: serde_json::Value = reqwest::get(format!("{url}/fake/seen?project=flowgate-secure"))
+        .await
+        .expect("seen")
+        .json()
+        .await
+        .expect("json");
+    let requests = seen["requests"].as_array().cloned().unwrap_or_default();
+    let kinds = |needle: &str| {
+        requests
+            .iter()
+            .filter(|r| r["path"].as_str().unwrap_or("").contains(needle))
+            .count()
+    };
+    assert!(
+        kinds("/executions") > 0 && kinds("/callbacks") > 0,
+        "{seen}"
+    );
+    for r in &requests {
+        assert_eq!(r["token_ok"], true, "{r}");
+        assert_eq!(r["user_project"], "billing-project", "{r}");
+    }
+
+    let rmcp::model::CallToolResponse::Complete(refused) = client
+        .call_tool_once(call("unsigned", json!({"service": "web"})))
+        .await
+        .expect("tools/call")
+    else {
+        panic!("expected a tool error")
+    };
+    assert_eq!(refused.is_error, Some(true));
+    let text = serde_json::to_value(&refused).expect("json")["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(text.contains("credentials"), "{text}");
+}
