@@ -16,6 +16,9 @@ use crate::{GitLabEngine, GitLabTarget};
 
 /// The environment variable naming a running fake's URL.
 pub const FAKE_ENV: &str = "FLOWGATE_TEST_GITLAB_URL";
+/// The environment variable naming the command that runs gitlab-ci-local (the fake's runner):
+/// `NODE SCRIPT`, as `scripts/lib/gitlab-ci-local.sh` sets it.
+pub const RUNNER_ENV: &str = "FLOWGATE_TEST_GITLAB_CI_LOCAL";
 /// The API token the fake accepts (scripts/test starts it with this one too).
 pub const TEST_TOKEN: &str = "glpat-flowgate-fake-token";
 /// The trigger token the fake accepts.
@@ -47,12 +50,21 @@ impl FakeGitLab {
             .expect("a free port");
         let python =
             std::env::var("FLOWGATE_TEST_GITLAB_PYTHON").unwrap_or_else(|_| "python3".into());
+        let runner = std::env::var(RUNNER_ENV).unwrap_or_else(|_| {
+            panic!(
+                "{RUNNER_ENV} is not set: the GitLab fake runs jobs with gitlab-ci-local. Run \
+                 scripts/test (it installs it into .tools/gitlab), or set {RUNNER_ENV} to \
+                 \"NODE22 .../gitlab-ci-local/dist/index.js\" (or set {FAKE_ENV} to a running fake)"
+            )
+        });
         let child = Command::new(&python)
             .arg(root.join("fake_gitlab.py"))
             .args(["--port", &port.to_string(), "--token", TEST_TOKEN])
             .args(["--trigger-token", TEST_TRIGGER_TOKEN])
             .arg("--projects")
             .arg(root.join("projects"))
+            .arg("--gitlab-ci-local")
+            .args(runner.split_whitespace())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -32,22 +32,22 @@ with `Retry-After`. Lists carry `X-Page`, `X-Per-Page`, `X-Next-Page` (empty on 
 DIR/<group>/<name>/.gitlab-ci.yml is project `<group>/<name>`; ids are 1, 2, ... in sorted
 path order; every project has the one branch `main`.
 
-HOW JOBS RUN. gitlab-ci-local (npm) was not used: this fake executes each job's `script:`
-lines itself with bash, stage by stage, in a workspace copied from the project folder, which is
-what a shell-executor runner does. It honours: `stages`, `variables` (global, job, pipeline,
-and play's job_variables_attributes, with CI_* predefined variables), `before_script`,
-`script`, `after_script`, `when: on_success | on_failure | always | manual | never`,
-`allow_failure` (manual jobs default to true, as in GitLab; `allow_failure: false` makes a
-manual job blocking and the pipeline `manual`), `needs` (a job with needs starts when they
-finish, not at its stage), `artifacts: paths` (globs, kept per job, `when: on_success` only),
-and `spec: inputs` headers with `$[[ inputs.NAME ]]` interpolation (types, defaults, options).
+HOW JOBS RUN. The fake is GitLab's coordinator; gitlab-ci-local (npm, shell executor) is its
+runner. The fake reads `stages`, `when`, `allow_failure` (manual jobs default to true, as in
+GitLab; `allow_failure: false` makes a manual job blocking and the pipeline `manual`) and
+`needs` to decide which job runs when, and applies `spec: inputs` headers
+(`$[[ inputs.NAME ]]`, types, defaults, options). Each job then runs with
+`gitlab-ci-local <job>` in a fresh checkout of the project (a git repository) holding the
+pipeline's definition and the artifacts of the jobs it depends on (earlier stages, or its
+`needs`), with the pipeline's variables, the play's job variables and the fake's predefined
+CI_* ids: gitlab-ci-local runs `variables`, `before_script`, `script`, `after_script` and
+collects `artifacts: paths`, as a runner would. Its output is the job's trace.
 
 SHORTCUTS (everything else follows the docs):
-- Jobs run on this host with bash, not in containers: `image`, `services`, `tags`, `cache`,
-  `rules`, `only/except`, `extends`, `include`, `trigger`, `parallel`, `retry`, `timeout`,
-  `resource_group`, `environment` are ignored (`rules`/`only`/`except` mean "always included").
-- All jobs of a pipeline share one workspace (files one job writes are seen by later jobs
-  without artifacts passing them); artifacts are still collected and served per job.
+- Jobs run on this host in gitlab-ci-local's shell executor (`--force-shell-executor`), not in
+  containers: `image` and `services` are ignored. The fake's scheduling ignores `rules`,
+  `only/except`, `trigger`, `parallel`, `retry`, `timeout` and `resource_group` (a job with
+  `rules` is always in the pipeline; gitlab-ci-local may still skip it when it runs).
 - Artifacts: only `artifacts:paths`; no archive download (`/artifacts` as a zip), no
   `reports` (a dotenv report must also be listed under `paths` to be served by path).
 - Authentication: one personal/project token (`PRIVATE-TOKEN` or `Authorization: Bearer`),
@@ -57,9 +57,10 @@ SHORTCUTS (everything else follows the docs):
 - Pipeline statuses produced: created, pending, running, manual, success, failed, canceling,
   canceled, skipped. Never: waiting_for_resource, preparing, scheduled. Job failure_reason is
   `script_failure` only.
-- State is in memory; pipelines are never purged (workspaces are removed when a pipeline ends).
-- Traces: the runner's header, `$ <line>` before each script line, the output, and GitLab's
-  `ERROR: Job failed: exit code N`; no colours beyond one section marker, no timestamps.
+- State is in memory; pipelines are never purged (a job's checkout is removed when it ends).
+- Traces: a runner's header, `$ <line>` before each script line, the output, and GitLab's
+  `ERROR: Job failed: exit code N` (N as gitlab-ci-local reports the script's); no section
+  markers, no colours, no timestamps.
 - Every job's `user` is `flowgate-bot` (a play "from the UI" is the same API call); pipeline
   `name` is always null; `detailed_status` is minimal; no `yaml_errors` pipelines (a broken
   file is a 400 on create, as GitLab answers for `base` errors).
@@ -81,6 +82,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -186,6 +188,12 @@ def build_jobs(config, pipeline):
             continue
         if "script" not in spec:
             continue
+        for key in ("before_script", "script", "after_script"):
+            lines = spec.get(key)
+            lines = [] if lines is None else [lines] if isinstance(lines, str) else lines
+            if not isinstance(lines, list) or not all(isinstance(x, (str, list)) for x in lines):
+                # YAML reads `- echo "a: b"` as a mapping; GitLab refuses the pipeline.
+                raise ApiError(400, {"message": {"base": [f"jobs:{name}:{key} config should be a string or a nested array of strings up to 10 levels deep"]}})
         when = spec.get("when", "on_success")
         if when == "never":
             continue
@@ -284,15 +292,8 @@ def touch(p):
 
 
 def scheduler(pid):
-    """Moves one pipeline's jobs along until it ends, then removes its workspace (artifacts
-    are kept in memory)."""
-    try:
-        schedule(pid)
-    finally:
-        with LOCK:
-            p = STATE["pipelines"][pid]
-        # A pipeline waiting on a manual job is not over: schedule() returns only at the end.
-        shutil.rmtree(p["workspace"], ignore_errors=True)
+    """Moves one pipeline's jobs along until it ends (artifacts are kept in memory)."""
+    schedule(pid)
 
 
 def schedule(pid):
@@ -331,6 +332,43 @@ def schedule(pid):
         time.sleep(0.05)
 
 
+# Predefined variables the fake sets itself, so they name its pipeline and job (gitlab-ci-local
+# would otherwise make up its own).
+PREDEFINED = ("CI_PIPELINE_ID", "CI_PIPELINE_IID", "CI_PIPELINE_SOURCE", "CI_JOB_ID",
+              "CI_PROJECT_ID", "CI_PROJECT_PATH", "CI_COMMIT_SHA", "GITLAB_USER_LOGIN",
+              "CI_SERVER_URL")
+
+
+def job_workspace(j, p, project):
+    """A fresh checkout of the project for one job, as a runner makes one: the project files
+    (a git repository, which gitlab-ci-local needs), the pipeline's definition with its inputs
+    applied, and the artifacts of the jobs it depends on."""
+    ws = tempfile.mkdtemp(prefix=f"fake-gitlab-job-{j['id']}-")
+    shutil.copytree(project["dir"], ws, dirs_exist_ok=True)
+    pathlib.Path(ws, ".gitlab-ci.yml").write_text(yaml.safe_dump(p["config"], sort_keys=False))
+    with LOCK:
+        jobs = [STATE["jobs"][i] for i in p["job_ids"]]
+        deps = [d for d in deps_of(j, jobs) if d["status"] == "success"]
+        artifacts = [(rel, data) for d in deps for rel, data in d["artifacts"].items()]
+    for rel, data in artifacts:
+        target = pathlib.Path(ws, rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    git_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": ws,
+               "GIT_AUTHOR_NAME": "flowgate-bot", "GIT_AUTHOR_EMAIL": "bot@example.invalid",
+               "GIT_COMMITTER_NAME": "flowgate-bot", "GIT_COMMITTER_EMAIL": "bot@example.invalid"}
+    for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
+                ["git", "commit", "-q", "-m", "pipeline"],
+                ["git", "config", "user.email", "bot@example.invalid"],
+                ["git", "config", "user.name", "flowgate-bot"],
+                ["git", "remote", "add", "origin", f"{ARGS.public_url}/{project['path']}.git"],
+                ["git", "update-ref", "refs/remotes/origin/main", "HEAD"],
+                ["git", "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main"]):
+        subprocess.run(cmd, cwd=ws, env=git_env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    return ws
+
+
 def run_job(jid):
     with LOCK:
         j = STATE["jobs"][jid]
@@ -338,70 +376,89 @@ def run_job(jid):
         project = STATE["projects"][p["project_id"]]
         if j["status"] != "pending":
             return
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-        env.update({
-            "CI": "true", "GITLAB_CI": "true", "CI_SERVER": "yes",
+        variables = {
             "CI_PIPELINE_ID": str(p["id"]), "CI_PIPELINE_IID": str(p["iid"]),
-            "CI_PIPELINE_SOURCE": p["source"], "CI_JOB_ID": str(jid), "CI_JOB_NAME": j["name"],
-            "CI_JOB_STAGE": j["stage"], "CI_COMMIT_REF_NAME": p["ref"], "CI_COMMIT_BRANCH": p["ref"],
-            "CI_COMMIT_SHA": p["sha"], "CI_PROJECT_ID": str(project["id"]),
-            "CI_PROJECT_PATH": project["path"], "CI_PROJECT_DIR": p["workspace"],
-            "GITLAB_USER_LOGIN": "flowgate-bot",
-        })
-        env.update(j["variables"])
-        env.update({v["key"]: v["value"] for v in p["variables"]})
-        env.update({v["key"]: v["value"] for v in j["play_vars"]})
+            "CI_PIPELINE_SOURCE": p["source"], "CI_JOB_ID": str(jid),
+            "CI_PROJECT_ID": str(project["id"]), "CI_PROJECT_PATH": project["path"],
+            "CI_COMMIT_SHA": p["sha"], "GITLAB_USER_LOGIN": "flowgate-bot",
+            "CI_SERVER_URL": ARGS.public_url,
+        }
+        variables.update({v["key"]: v["value"] for v in p["variables"]})
+        variables.update({v["key"]: v["value"] for v in j["play_vars"]})
         j["status"] = "running"
         j["started_at"] = now()
-        j["trace"] = ("Running with gitlab-runner 17.0.0 (fake)\n  on fake-shell-runner, shell executor\n"
-                      f"section_start:{int(time.time())}:step_script\r\x1b[0K\x1b[0KExecuting \"step_script\" stage of the job script\x1b[0;m\n")
+        j["trace"] = ("Running with gitlab-runner 17.0.0 (fake: gitlab-ci-local)\n"
+                      "  on fake-shell-runner, shell executor\n")
         touch(p)
-    script = "set -eo pipefail\n" + "".join(
-        f"printf '%s\\n' {shlex_quote('$ ' + line)}\n{line}\n" for line in j["script"])
-    # A non-blocking manual job played after its pipeline ended gets a fresh workspace.
-    os.makedirs(p["workspace"], exist_ok=True)
-    proc = subprocess.Popen(["bash", "-c", script], cwd=p["workspace"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    ws = job_workspace(j, p, project)
+    cmd = ARGS.gitlab_ci_local + [
+        "--home", os.path.join(ws, ".gcl-home"), "--force-shell-executor",
+        "--no-artifacts-to-source", "--ignore-predefined-vars", ",".join(PREDEFINED),
+    ]
+    for k, v in variables.items():
+        cmd += ["--variable", f"{k}={v}"]
+    cmd.append(j["name"])
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TMPDIR")}
+    env["HOME"] = ws
+    prefix_out, prefix_cmd = f"{j['name']} > ", f"{j['name']} $ "
+    proc = subprocess.Popen(cmd, cwd=ws, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
     with LOCK:
         j["proc"] = proc
+    # gitlab-ci-local prints each script line as "<job> $ line" and its output as
+    # "<job> > text": the trace is those, as a runner's trace shows them.
+    script_code = None
+    runner_log = []
+    # "<job> finished in 19 ms  FAIL 3" (WARN for a job allowed to fail, which gitlab-ci-local
+    # then leaves out of its own exit status).
+    finished = re.compile(re.escape(j["name"]) + r" finished in .*(?:FAIL|WARN) (\d+)")
     for raw in proc.stdout:
+        line = raw.decode("utf-8", "replace")
+        if m := finished.search(line):
+            script_code = int(m.group(1))
+            continue
+        if line.startswith(prefix_out):
+            line = line[len(prefix_out):]
+        elif line.startswith(prefix_cmd):
+            line = "$ " + line[len(prefix_cmd):]
+        else:
+            runner_log.append(line)  # gitlab-ci-local's own chatter: kept for a failure
+            continue
         with LOCK:
-            j["trace"] += raw.decode("utf-8", "replace")
+            j["trace"] += line
     code = proc.wait()
-    with LOCK:
-        j["proc"] = None
-        if j["status"] == "canceled" or p["cancel_requested"]:
-            j["status"] = "canceled"
+    if script_code is not None:
+        code = script_code
+    try:
+        with LOCK:
+            j["proc"] = None
+            if j["status"] == "canceled" or p["cancel_requested"]:
+                j["status"] = "canceled"
+                j["finished_at"] = now()
+                touch(p)
+                return
+        collected = {}
+        if code == 0:
+            root = pathlib.Path(ws, ".gitlab-ci-local", "artifacts", j["name"])
+            for f in root.rglob("*"):
+                if f.is_file():
+                    collected[str(f.relative_to(root))] = f.read_bytes()
+        with LOCK:
+            if code == 0:
+                j["artifacts"].update(collected)
+                j["trace"] += "Job succeeded\n"
+                j["status"] = "success"
+            else:
+                if script_code is None:  # the runner itself failed: say why, as a runner would
+                    sys.stderr.write(f"gitlab-ci-local failed on job {jid}:\n" + "".join(runner_log[-20:]))
+                    j["trace"] += "".join(runner_log[-5:])
+                j["trace"] += f"ERROR: Job failed: exit code {code}\n"
+                j["status"] = "failed"
+                j["failure_reason"] = "script_failure"
             j["finished_at"] = now()
             touch(p)
-            return
-    if j["after_script"]:
-        after = "".join(f"printf '%s\\n' {shlex_quote('$ ' + line)}\n{line}\n" for line in j["after_script"])
-        out = subprocess.run(["bash", "-c", after], cwd=p["workspace"], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
-        with LOCK:
-            j["trace"] += "Running after_script\n" + out.stdout.decode("utf-8", "replace")
-    with LOCK:
-        if code == 0:
-            for pattern in j["artifact_paths"]:
-                for path in glob.glob(os.path.join(p["workspace"], pattern), recursive=True):
-                    paths = [path] if os.path.isfile(path) else [
-                        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
-                    for f in paths:
-                        rel = os.path.relpath(f, p["workspace"])
-                        j["artifacts"][rel] = pathlib.Path(f).read_bytes()
-            j["trace"] += "Job succeeded\n"
-            j["status"] = "success"
-        else:
-            j["trace"] += f"ERROR: Job failed: exit code {code}\n"
-            j["status"] = "failed"
-            j["failure_reason"] = "script_failure"
-        j["finished_at"] = now()
-        touch(p)
-
-
-def shlex_quote(s):
-    return "'" + s.replace("'", "'\"'\"'") + "'"
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)
 
 
 def kill(j):
@@ -645,15 +702,12 @@ class Handler(BaseHTTPRequestHandler):
             STATE["next_pipeline"] += 1
             pid = STATE["next_pipeline"]
             iid = 1 + sum(1 for p in STATE["pipelines"].values() if p["project_id"] == project["id"])
-            workspace = tempfile.mkdtemp(prefix=f"fake-gitlab-{pid}-")
-            shutil.copytree(project["dir"], workspace, dirs_exist_ok=True)
             p = {"id": pid, "iid": iid, "project_id": project["id"], "sha": "a" * 40, "ref": ref,
                  "status": "created", "source": "trigger" if trigger else "api",
                  "created_at": now(), "updated_at": now(), "started_at": None, "finished_at": None,
-                 "variables": clean, "job_ids": [], "cancel_requested": False, "workspace": workspace}
+                 "variables": clean, "job_ids": [], "cancel_requested": False, "config": config}
             jobs = build_jobs(config, p)
             if not jobs:
-                shutil.rmtree(workspace, ignore_errors=True)
                 raise ApiError(400, {"message": {"base": ["Pipeline will not run for the selected trigger. The rules configuration prevented any jobs from being added to the pipeline."]}})
             for j in jobs:
                 STATE["jobs"][j["id"]] = j
@@ -828,6 +882,8 @@ def main():
     ap.add_argument("--token", required=True)
     ap.add_argument("--trigger-token", default="")
     ap.add_argument("--rate-limit", type=int, default=10000)
+    ap.add_argument("--gitlab-ci-local", required=True, nargs="+",
+                    help="the command that runs gitlab-ci-local (e.g. NODE .../gitlab-ci-local/dist/index.js)")
     ARGS = ap.parse_args()
     ARGS.public_url = f"http://127.0.0.1:{ARGS.port}"
     root = pathlib.Path(ARGS.projects)
