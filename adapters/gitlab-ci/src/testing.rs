@@ -127,6 +127,10 @@ impl FakeGitLab {
         s.write_all(req.as_bytes()).expect("write");
         let mut out = String::new();
         s.read_to_string(&mut out).expect("read");
+        assert!(
+            out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200"),
+            "the fake refused hook {name}: {out}"
+        );
         let json = out.split("\r\n\r\n").nth(1).unwrap_or("null");
         serde_json::from_str(json).unwrap_or(Value::Null)
     }

@@ -16,8 +16,13 @@ use flowgate_gitlab_ci::testing::{FakeGitLab, TEST_TOKEN};
 use serde_json::{Value, json};
 
 fn gated(fake: &FakeGitLab) -> GitLabEngine {
+    gated_on(fake, "gated")
+}
+
+/// The gated tool on fixture project `flowgate/<project>` (a copy of gated).
+fn gated_on(fake: &FakeGitLab, project: &str) -> GitLabEngine {
     fake.engine(
-        "gated",
+        project,
         json!({
             "questions": {"approve": {
                 "message": "Deploy to production?",
@@ -90,7 +95,7 @@ async fn gitlab_engine_passes_the_conformance_suite_on_the_fake() {
         let url = fake.url.clone();
         LoseNextStartAnswer(Arc::new(move || {
             let f = FakeGitLabHandle(url.clone());
-            f.hook("lose_next_create");
+            f.hook("lose_next_create", json!({"project": "flowgate/slow"}));
         }))
     };
     let fixture = Fixture {
@@ -101,8 +106,12 @@ async fn gitlab_engine_passes_the_conformance_suite_on_the_fake() {
             json!({"DAY": "2026-12-01"}),
         ),
         expected_failure: "no rows for 2026-12-01".into(),
+        // A project of its own: the lost-answer hook applies to it only.
         slow: case(
-            hello(&fake),
+            fake.engine(
+                "slow",
+                json!({"result_artifact": {"job": "build", "path": "result.json"}}),
+            ),
             json!({"NAME": "Bo", "SECONDS_TO_SLEEP": "600"}),
         ),
         asks: Some(case(gated(&fake), json!({"SERVICE": "web"}))),
@@ -121,7 +130,7 @@ async fn gitlab_engine_passes_the_conformance_suite_on_the_fake() {
 struct FakeGitLabHandle(String);
 
 impl FakeGitLabHandle {
-    fn hook(&self, name: &str) {
+    fn hook(&self, name: &str, body: Value) {
         let client = std::thread::spawn({
             let url = format!("{}/__fake/{name}", self.0);
             move || {
@@ -130,12 +139,13 @@ impl FakeGitLabHandle {
                     .build()
                     .expect("runtime");
                 rt.block_on(async {
-                    reqwest::Client::new()
+                    let answer = reqwest::Client::new()
                         .post(url)
-                        .json(&json!({}))
+                        .json(&body)
                         .send()
                         .await
-                        .expect("hook")
+                        .expect("hook");
+                    assert!(answer.status().is_success(), "hook: {}", answer.status());
                 })
             }
         });
@@ -317,9 +327,16 @@ fn rand_u64() -> u64 {
 #[tokio::test]
 async fn rate_limits_are_honoured() {
     let fake = FakeGitLab::start();
-    let e = hello(&fake);
+    // A project of its own: the 429 hook applies to it only.
+    let e = fake.engine(
+        "throttled",
+        json!({"result_artifact": {"job": "build", "path": "result.json"}}),
+    );
     let x = start(&e, json!({"NAME": "Cy"})).await;
-    fake.hook("throttle_next", json!({"count": 1, "retry_after": 3}));
+    fake.hook(
+        "throttle_next",
+        json!({"count": 1, "retry_after": 3, "project": "flowgate/throttled"}),
+    );
     let got = e.get(&x).await;
     match got {
         Err(EngineError::Throttled { retry_after, .. }) => {
@@ -391,12 +408,18 @@ async fn bad_credentials_and_unknown_projects_are_told_apart() {
 #[tokio::test]
 async fn another_instance_answers_and_a_lost_create_answer_starts_one_pipeline() {
     let fake = FakeGitLab::start();
+    // A copy of gated of its own: the hooks and the count are for this project only.
+    let gated = |fake: &FakeGitLab| gated_on(fake, "retried");
     let first = gated(&fake);
     let request = StartRequest::new("deploy", json!({"SERVICE": "db"}), "p");
-    let before = fake.hook("counts", json!({}))["pipelines_created"]
-        .as_u64()
-        .expect("count");
-    fake.hook("lose_next_create", json!({}));
+    let scope = json!({"project": "flowgate/retried"});
+    let count = || {
+        fake.hook("counts", scope.clone())["project_pipelines_created"]
+            .as_u64()
+            .expect("count")
+    };
+    let before = count();
+    fake.hook("lose_next_create", scope.clone());
     let lost = first.start(request.clone()).await;
     assert!(
         matches!(&lost, Err(e) if e.is_retryable()),
@@ -409,9 +432,7 @@ async fn another_instance_answers_and_a_lost_create_answer_starts_one_pipeline()
         .await
         .expect("retry")
         .execution;
-    let after = fake.hook("counts", json!({}))["pipelines_created"]
-        .as_u64()
-        .expect("count");
+    let after = count();
     assert_eq!(after - before, 1, "one call, one pipeline");
     let r = wait(&second, &x, |r| r.state == TaskState::InputRequired).await;
     let third = gated(&fake);

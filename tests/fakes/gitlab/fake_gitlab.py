@@ -66,9 +66,11 @@ SHORTCUTS (everything else follows the docs):
   file is a 400 on create, as GitLab answers for `base` errors).
 - Pipeline list filters: ref, status, source, sha, username, created/updated_after/before;
   order_by id/status/ref/updated_at/user_id; no keyset pagination.
-- Test hooks under /__fake/: `lose_next_create` (the next create runs but its connection is
-  closed before any answer), `throttle_next` ({"count", "retry_after"}: the next requests get
-  429), `counts` (pipelines created so far).
+- Test hooks under /__fake/, each for one project (`{"project": "group/name"}`), so tests
+  running at once never take each other's: `lose_next_create` (the project's next create runs
+  but its connection is closed before any answer), `throttle_next` ({"count", "retry_after"}:
+  the project's next requests get 429), `counts` (pipelines created, in all and for the
+  project).
 """
 
 import argparse
@@ -98,8 +100,9 @@ STATE = {
     "jobs": {},  # id -> job dict (internal)
     "next_pipeline": 1000,
     "next_job": 5000,
-    "lose_next_create": False,
-    "throttle": {"count": 0, "retry_after": 1},
+    "lose_next_create": {},  # project path -> creates whose answer is lost
+    "throttle": {},  # project path -> {"count", "retry_after"}
+    "created_by_project": {},  # project path -> pipelines created
     "rate": {},  # token -> [window_start, count]
     "created": 0,
 }
@@ -714,9 +717,11 @@ class Handler(BaseHTTPRequestHandler):
             p["job_ids"] = [j["id"] for j in jobs]
             STATE["pipelines"][pid] = p
             STATE["created"] += 1
+            by = STATE["created_by_project"]
+            by[project["path"]] = by.get(project["path"], 0) + 1
             threading.Thread(target=scheduler, args=(pid,), daemon=True).start()
-            if STATE["lose_next_create"]:
-                STATE["lose_next_create"] = False
+            if STATE["lose_next_create"].get(project["path"], 0) > 0:
+                STATE["lose_next_create"][project["path"]] -= 1
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return None
@@ -802,7 +807,7 @@ class Handler(BaseHTTPRequestHandler):
                 "RateLimit-Reset": str(reset),
                 "RateLimit-ResetTime": datetime.datetime.fromtimestamp(reset, datetime.timezone.utc).strftime("%a, %d %b %Y %H:%M:%S GMT"),
             }
-            throttle = STATE["throttle"]
+            throttle = STATE["throttle"].get(self.project_path(), {"count": 0})
             if throttle["count"] > 0:
                 throttle["count"] -= 1
                 self.rate_headers["RateLimit-Remaining"] = "0"
@@ -810,21 +815,38 @@ class Handler(BaseHTTPRequestHandler):
             if window[1] > limit:
                 self.throttled(max(1, reset - int(t)))
 
+    def project_path(self):
+        """The path of the project this request names, if any (for the test hooks)."""
+        parts = urllib.parse.urlsplit(self.path).path.split("/")
+        if len(parts) > 4 and parts[1:4] == ["api", "v4", "projects"]:
+            try:
+                return find_project(urllib.parse.unquote(parts[4]))["path"]
+            except ApiError:
+                return None
+        return None
+
     def throttled(self, retry_after):
         self.send(429, "Retry later\n", {"Retry-After": str(retry_after)}, content_type="text/plain")
         raise Handled()
 
     def fake_hook(self, name):
-        body = self.body()
+        """Test hooks, each for one project (so that tests running at once do not take each
+        other's): `{"project": "group/name", ...}`."""
+        body = self.body() or {}
+        project = body.get("project")
         with LOCK:
+            if name in ("lose_next_create", "throttle_next") and project not in {
+                    p["path"] for p in STATE["projects"].values()}:
+                raise ApiError(400, {"error": f"{name} needs the project it applies to"})
             if name == "lose_next_create":
-                STATE["lose_next_create"] = True
+                STATE["lose_next_create"][project] = STATE["lose_next_create"].get(project, 0) + 1
             elif name == "throttle_next":
-                STATE["throttle"] = {"count": int(body.get("count", 1)),
-                                     "retry_after": int(body.get("retry_after", 1))}
+                STATE["throttle"][project] = {"count": int(body.get("count", 1)),
+                                              "retry_after": int(body.get("retry_after", 1))}
             elif name != "counts":
                 raise not_found()
-            return self.send(200, {"pipelines_created": STATE["created"]})
+            return self.send(200, {"pipelines_created": STATE["created"],
+                                   "project_pipelines_created": STATE["created_by_project"].get(project, 0)})
 
 
 class Handled(Exception):
