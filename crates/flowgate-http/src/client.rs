@@ -15,6 +15,16 @@ use crate::{EtagCache, RateLimits};
 
 /// Longest API error message kept (bodies can be whole HTML pages).
 const MAX_MESSAGE: usize = 300;
+/// Redirects followed at most for one request.
+const MAX_REDIRECTS: usize = 5;
+/// The headers a request keeps when a redirect leads to another origin: an artifact download
+/// that redirects to object storage must not carry `PRIVATE-TOKEN`, `Authorization` or any
+/// other credential there (reqwest strips only the standard ones).
+const CROSS_ORIGIN_HEADERS: [reqwest::header::HeaderName; 3] = [
+    reqwest::header::ACCEPT,
+    reqwest::header::CONTENT_TYPE,
+    reqwest::header::USER_AGENT,
+];
 
 /// Deadlines and identity of an engine's HTTP client.
 #[derive(Debug, Clone)]
@@ -72,6 +82,8 @@ impl HttpClient {
             .connect_timeout(config.connect_timeout)
             .timeout(config.request_timeout)
             .user_agent(config.user_agent.clone())
+            // Redirects are followed by `send`, which drops credentials across origins.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| EngineError::unavailable(engine, "cannot build the HTTP client", e))?;
         Ok(HttpClient {
@@ -105,7 +117,31 @@ impl HttpClient {
     /// it did not answer (the request may have taken effect), `Throttled` on a rate limit
     /// (with the wait it asked for), otherwise the kind of the status.
     pub async fn send(&self, request: RequestBuilder, what: &str) -> Result<Response, EngineError> {
-        let response = request.send().await.map_err(|e| self.transport(what, e))?;
+        let (_, request) = request.build_split();
+        let mut request = request.map_err(|e| {
+            EngineError::unavailable(
+                self.engine,
+                format!("{what}: a request that cannot be made"),
+                e,
+            )
+        })?;
+        let mut hops = 0;
+        let response = loop {
+            let again = request.try_clone();
+            let response = self
+                .http
+                .execute(request)
+                .await
+                .map_err(|e| self.transport(what, e))?;
+            match (redirect_target(&response), again) {
+                (Some(location), Some(mut next)) if hops < MAX_REDIRECTS => {
+                    hops += 1;
+                    follow(&mut next, response.status(), location);
+                    request = next;
+                }
+                _ => break response,
+            }
+        };
         self.limits.observe(response.headers());
         let status = response.status();
         if status.is_success() || status == StatusCode::NOT_MODIFIED {
@@ -249,6 +285,47 @@ impl HttpClient {
         };
         kind_for_status(self.engine, status.as_u16(), text)
     }
+}
+
+/// Where a redirect answer sends the request (its `Location`, resolved against its URL).
+fn redirect_target(response: &Response) -> Option<reqwest::Url> {
+    if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED {
+        return None;
+    }
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)?
+        .to_str()
+        .ok()?;
+    response.url().join(location).ok()
+}
+
+/// Turns `request` into the request a redirect with `status` to `location` asks for: a 303
+/// (and a 301/302 after a POST, as browsers and reqwest do) becomes a GET without a body; any
+/// other origin gets none of the request's credentials.
+fn follow(request: &mut reqwest::Request, status: StatusCode, location: reqwest::Url) {
+    let same_origin = request.url().origin() == location.origin();
+    if status == StatusCode::SEE_OTHER
+        || (matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND)
+            && request.method() == Method::POST)
+    {
+        *request.method_mut() = Method::GET;
+        *request.body_mut() = None;
+        request.headers_mut().remove(reqwest::header::CONTENT_TYPE);
+        request
+            .headers_mut()
+            .remove(reqwest::header::CONTENT_LENGTH);
+    }
+    if !same_origin {
+        let kept: HeaderMap = request
+            .headers()
+            .iter()
+            .filter(|(name, _)| CROSS_ORIGIN_HEADERS.contains(name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        *request.headers_mut() = kept;
+    }
+    *request.url_mut() = location;
 }
 
 /// The API's own error message from a body: Google's `error.message`, GitHub's `message`,

@@ -186,3 +186,76 @@ fn api_messages_are_found_and_bounded() {
     assert_eq!(api_message(&"x".repeat(1000)).len(), MAX_MESSAGE);
     assert_eq!(api_message(""), "");
 }
+
+/// A redirect to another origin (an artifact download sent to object storage) arrives there
+/// without the request's credentials; a redirect within the origin keeps them.
+#[tokio::test]
+async fn credentials_never_follow_a_redirect_to_another_origin() {
+    let seen: Arc<std::sync::Mutex<Vec<(String, Option<String>, Option<String>)>>> = Arc::default();
+    let record = |path: &'static str, seen: Arc<std::sync::Mutex<Vec<_>>>| {
+        get(move |headers: AxumHeaders| {
+            let seen = seen.clone();
+            async move {
+                let header = |n: &str| {
+                    headers
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                };
+                seen.lock().unwrap_or_else(|p| p.into_inner()).push((
+                    path.to_owned(),
+                    header("private-token"),
+                    header("authorization"),
+                ));
+                "the artifact"
+            }
+        })
+    };
+    let storage = serve(Router::new().route("/blob", record("storage", seen.clone()))).await;
+    let api = {
+        let storage = storage.clone();
+        serve(
+            Router::new()
+                .route(
+                    "/away",
+                    get(move || {
+                        let to = format!("{storage}/blob");
+                        async move { (AxumStatus::FOUND, [("location", to)]) }
+                    }),
+                )
+                .route(
+                    "/here",
+                    get(|| async { (AxumStatus::TEMPORARY_REDIRECT, [("location", "/final")]) }),
+                )
+                .route("/final", record("api", seen.clone())),
+        )
+        .await
+    };
+    let c = client(2000);
+    for path in ["/away", "/here"] {
+        let request = c
+            .request(Method::GET, &format!("{api}{path}"))
+            .header("PRIVATE-TOKEN", "glpat-secret")
+            .bearer_auth("also-secret");
+        let body = c
+            .send(request, "download")
+            .await
+            .expect("followed")
+            .text()
+            .await
+            .expect("body");
+        assert_eq!(body, "the artifact");
+    }
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(
+        seen,
+        vec![
+            ("storage".to_owned(), None, None),
+            (
+                "api".to_owned(),
+                Some("glpat-secret".to_owned()),
+                Some("Bearer also-secret".to_owned())
+            ),
+        ]
+    );
+}
