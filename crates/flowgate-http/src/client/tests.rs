@@ -187,6 +187,9 @@ fn api_messages_are_found_and_bounded() {
     assert_eq!(api_message(""), "");
 }
 
+/// Which server saw a request, and its `PRIVATE-TOKEN` and `Authorization` headers.
+type Seen = (String, Option<String>, Option<String>);
+
 /// A redirect to another origin (an artifact download sent to object storage) arrives there
 /// without the request's credentials; a redirect within the origin keeps them.
 #[tokio::test]
