@@ -194,7 +194,7 @@ type Seen = (String, Option<String>, Option<String>);
 /// without the request's credentials; a redirect within the origin keeps them.
 #[tokio::test]
 async fn credentials_never_follow_a_redirect_to_another_origin() {
-    let seen: Arc<std::sync::Mutex<Vec<(String, Option<String>, Option<String>)>>> = Arc::default();
+    let seen: Arc<std::sync::Mutex<Vec<Seen>>> = Arc::default();
     let record = |path: &'static str, seen: Arc<std::sync::Mutex<Vec<_>>>| {
         get(move |headers: AxumHeaders| {
             let seen = seen.clone();
