@@ -27,6 +27,9 @@ use crate::{KIND, SfnTarget, WorkflowType, mapping};
 const FIRST_PAGE: i32 = 100;
 /// Later pages, when the events since the last read (or a first read) need more: AWS's most.
 const NEXT_PAGE: i32 = 1000;
+/// Pages the first read of an execution's history takes per call (up to 25,000 events: a
+/// history that long is read across a few polls).
+const FIRST_READ_PAGES: usize = 4;
 /// How long a running execution's record answers further polls on this instance without a
 /// new API call: polls of one task from many clients (or one client's retries) within this
 /// window cost one call. Short enough that no client notices.
@@ -189,11 +192,50 @@ impl StepFunctionsEngine {
             .map_err(|e| classify(e, &self.what("DescribeExecution")))
     }
 
-    /// Brings `scan` up to the newest event: reads newest first until it reaches the events
-    /// already folded in (one call in the steady state), or the whole history for a scan that
-    /// starts empty. `scan` changes only when every page was read.
+    /// Brings `scan` up to the newest event.
+    ///
+    /// The first read goes oldest first, at most [`FIRST_READ_PAGES`] pages a call, folding
+    /// each page as it comes and keeping where it stopped: a history of thousands of events is
+    /// read across a few polls, each within its deadline, instead of never. From then on, it
+    /// reads newest first until it reaches the events already folded in: one call in the
+    /// steady state, however long the history.
     async fn catch_up(&self, execution: &ExecutionRef, scan: &mut Scan) -> Result<(), EngineError> {
         let client = self.client().await;
+        if !scan.complete {
+            for _ in 0..FIRST_READ_PAGES {
+                let resuming = scan.resume.is_some();
+                let sent = client
+                    .get_execution_history()
+                    .execution_arn(&execution.0)
+                    .reverse_order(false)
+                    .max_results(NEXT_PAGE)
+                    .include_execution_data(true)
+                    .set_next_token(scan.resume.take())
+                    .send()
+                    .await;
+                let page = match sent {
+                    Ok(page) => page,
+                    // A page token lives 24 hours: an old one means reading again from the start.
+                    Err(e)
+                        if resuming
+                            && e.as_service_error().is_some_and(|e| e.is_invalid_token()) =>
+                    {
+                        *scan = Scan::default();
+                        continue;
+                    }
+                    Err(e) => return Err(classify(e, &self.what("GetExecutionHistory"))),
+                };
+                scan.fold(page.events());
+                match page.next_token {
+                    Some(token) => scan.resume = Some(token),
+                    None => {
+                        scan.complete = true;
+                        return Ok(());
+                    }
+                }
+            }
+            return Ok(());
+        }
         let mut events = Vec::new();
         let mut token: Option<String> = None;
         let mut page_size = FIRST_PAGE;
@@ -327,6 +369,15 @@ impl StepFunctionsEngine {
                 failed("TIMED_OUT", "States.Timeout", error, cause)
             }
             Some(End::Aborted) => ExecutionRecord::new(TaskState::Cancelled, "ABORTED", created),
+            // Part of a long history read so far: nothing about its waits is certain yet.
+            None if !scan.complete => {
+                let mut r = ExecutionRecord::new(TaskState::Working, "RUNNING", created);
+                r.status_message = Some(format!(
+                    "Reading the execution's history (events 1 to {} so far)",
+                    scan.last_id
+                ));
+                r
+            }
             None => {
                 let mut r = ExecutionRecord::new(TaskState::Working, "RUNNING", created);
                 r.status_message = scan.current_state.as_ref().map(|s| format!("In state {s}"));
@@ -575,7 +626,9 @@ impl Engine for StepFunctionsEngine {
         }
         match self.read(execution, &mut tracked).await {
             Ok(mut record) => {
-                if !record.state.is_terminal() {
+                if record.state.is_terminal() {
+                    self.pacer.forget(&execution.0);
+                } else {
                     self.pacer.polled(&execution.0);
                     record.min_poll_interval = Some(self.pacer.interval());
                 }
@@ -616,9 +669,20 @@ impl Engine for StepFunctionsEngine {
         // longer) outstanding is NotFound, never reported as delivered.
         let mut scan = tracked.scan.clone().unwrap_or_default();
         self.catch_up(execution, &mut scan).await?;
+        let complete = scan.complete;
         let pending = scan.pending().find(|p| p.key == key).cloned();
         tracked.scan = Some(scan);
         tracked.record = None;
+        if !complete {
+            return Err(EngineError::Unavailable {
+                engine: KIND,
+                message: format!(
+                    "{}: the execution's history is still being read; answer again shortly",
+                    self.what("GetExecutionHistory")
+                ),
+                source: None,
+            });
+        }
         let Some(pending) = pending else {
             return Err(EngineError::NotFound {
                 engine: KIND,

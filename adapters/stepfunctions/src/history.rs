@@ -41,6 +41,11 @@ pub(crate) enum End {
 /// (usually one page, one API call), however long the history is.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Scan {
+    /// Whether the whole history up to `last_id` has been read (the first read of a long
+    /// history takes several polls; until then nothing is known for sure).
+    pub(crate) complete: bool,
+    /// Where the first read, oldest first, goes on (its `nextToken`).
+    pub(crate) resume: Option<String>,
     /// The newest event folded in (0: none).
     pub(crate) last_id: i64,
     pub(crate) started: Option<aws_sdk_sfn::primitives::DateTime>,

@@ -370,15 +370,16 @@ async fn a_wait_behind_a_chatty_parallel_branch_is_found_and_answered() {
     let arn = create_machine(
         &admin,
         &unique("chatty"),
-        &asks_beside_a_chatty_branch(&queue, 120),
+        &asks_beside_a_chatty_branch(&queue, 300),
     )
     .await;
     let scope = ProxyScope::new("chatty", json!({})).await;
     let e = proxied(&scope, &arn, json!({}));
     let x = e.start(request(json!({}))).await.expect("start").execution;
-    // Wait until the chatty branch is done: hundreds of events after the question.
+    // Wait until the chatty branch is done: over a thousand events after the question, more
+    // than one page of AWS's largest.
     let mut events = 0;
-    for _ in 0..300 {
+    for _ in 0..600 {
         let h = admin
             .get_execution_history()
             .execution_arn(&x.0)
@@ -395,10 +396,37 @@ async fn a_wait_behind_a_chatty_parallel_branch_is_found_and_answered() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(events > 300, "the branch wrote {events} events");
+    assert!(events > 1000, "the branch wrote {events} events");
     let r = e.get(&x).await.expect("get");
     assert_eq!(r.state, TaskState::InputRequired, "{r:?}");
     assert_eq!(r.input_requests.len(), 1);
+    // An instance whose pages come back small (100 events) reads the history across polls,
+    // saying so, and never shows a wait it cannot yet vouch for.
+    let small = ProxyScope::new("chatty-small", json!({"page_cap": 100})).await;
+    let slow_reader = proxied(&small, &arn, json!({}));
+    let first = slow_reader.get(&x).await.expect("get");
+    assert_eq!(first.state, TaskState::Working, "{first:?}");
+    assert!(first.input_requests.is_empty());
+    assert!(
+        first
+            .status_message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Reading the execution's history")),
+        "{first:?}"
+    );
+    let mut polls = 1;
+    let caught_up = loop {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        polls += 1;
+        let r = slow_reader.get(&x).await.expect("get");
+        if r.state == TaskState::InputRequired || polls > 10 {
+            break r;
+        }
+    };
+    assert_eq!(
+        caught_up.input_requests, r.input_requests,
+        "after {polls} polls"
+    );
     // Another instance, which has never seen the execution, finds the same wait.
     let fresh = proxied(&scope, &arn, json!({}));
     let again = fresh.get(&x).await.expect("get");

@@ -80,6 +80,11 @@ impl Pacer {
         s.polled.insert(execution.to_owned(), now);
     }
 
+    /// Forgets `execution` (it finished: nobody will poll it again).
+    pub fn forget(&self, execution: &str) {
+        self.state().polled.remove(execution);
+    }
+
     /// Records a throttled call: the interval grows.
     pub fn throttled(&self) {
         let now = Instant::now();
@@ -156,6 +161,9 @@ mod tests {
         // Polling the same execution again costs nothing more.
         p.polled("x1");
         assert_eq!(p.interval(), i);
+        // A finished one no longer counts.
+        p.forget("x1");
+        assert!(p.interval() < i);
     }
 
     #[test]

@@ -26,7 +26,9 @@ tests do not share a budget. Requests to `/` are scope `default`.
 
 Control (JSON):
   POST /_proxy/scopes/<name>   {"scale": 0.05, "stall": {"DescribeExecution": 1},
-                                "drop": {"StartExecution": 1}, "buckets": {"Op": [size, refill]}}
+                                "drop": {"StartExecution": 1}, "buckets": {"Op": [size, refill]},
+                                "page_cap": 100}   (history pages hold at most page_cap events,
+                                fewer than asked, as a paged API may answer)
   POST /_proxy/scopes/<name>/drop/<Operation>   one more dropped answer, the rest kept
   GET  /_proxy/scopes/<name>   {"calls": {op: n}, "throttled": {op: n}, "stalled": ..., "dropped": ...}
 
@@ -101,6 +103,7 @@ class Scope:
         self.throttled = {}
         self.stall = {}
         self.drop = {}
+        self.page_cap = None
         self.stalled = {}
         self.dropped = {}
 
@@ -132,6 +135,7 @@ class State:
             scope = Scope(float(body.get("scale", self.scale)), body.get("buckets"))
             scope.stall = dict(body.get("stall", {}))
             scope.drop = dict(body.get("drop", {}))
+            scope.page_cap = body.get("page_cap")
             self.scopes[name] = scope
             return scope.report()
 
@@ -181,8 +185,9 @@ def strip_data(event):
     return event
 
 
-def page_history(request, moto_answer):
-    """Applies AWS's paging to moto's whole, oldest-first history. Returns (status, body)."""
+def page_history(request, moto_answer, page_cap=None):
+    """Applies AWS's paging to moto's whole, oldest-first history. Returns (status, body).
+    `page_cap` (a scope setting) answers fewer events than asked, as a paged API may."""
     events = sorted(moto_answer.get("events", []), key=lambda e: e.get("id", 0))
     arn = request.get("executionArn", "")
     reverse = bool(request.get("reverseOrder", False))
@@ -201,6 +206,8 @@ def page_history(request, moto_answer):
         if boundary is None:
             return 400, {"__type": "InvalidToken", "message": "Invalid Token: 'Invalid token'"}
         events = [e for e in events if (e["id"] < boundary if reverse else e["id"] > boundary)]
+    if page_cap:
+        size = min(size, page_cap)
     page = events[:size]
     if request.get("includeExecutionData", True) is False:
         page = [strip_data(e) for e in page]
@@ -314,7 +321,7 @@ class Handler(BaseHTTPRequestHandler):
                                 if k not in ("maxResults", "reverseOrder", "nextToken")}
             status, ctype, data = self._upstream(method, path, json.dumps(upstream_request).encode())
             if status == 200:
-                status, answer = page_history(request, json.loads(data))
+                status, answer = page_history(request, json.loads(data), scope.page_cap)
                 data = json.dumps(answer).encode()
         elif op == "StartExecution" and request.get("stateMachineArn", "").count(":") == 7:
             # moto cannot start a version or an alias (HTTP 500): start the machine itself;
