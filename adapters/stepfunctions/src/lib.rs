@@ -24,7 +24,8 @@
 //! **One call a poll.** A history only grows, so each instance keeps, per execution, what it
 //! has folded in (the open waits, the current state, the end) and reads only the newer events:
 //! one `GetExecutionHistory` page per poll in the steady state, however long the history, and
-//! every open wait is found (a full read when an instance first sees an execution). The closing
+//! every open wait is found (a full read, oldest first and a few pages a poll, when an instance
+//! first sees an execution). The closing
 //! event carries the result, so a finished execution costs one call, then none: its record is
 //! kept. Polls of one execution on one instance share one call (single flight), and a record
 //! answers further polls for 1 s. Waits close on `TaskSucceeded`, `TaskFailed`,
