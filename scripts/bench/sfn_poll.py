@@ -136,6 +136,24 @@ def proxy_report(proxy, name):
     return http_json(f"{proxy}/_proxy/scopes/{name}")
 
 
+def poll_for(proxy, scope, start, poll):
+    """Polls with `poll` on `start`'s schedule for SECONDS; returns the scope's report at the
+    start of the steady-state window, the report at the end, and the window's length."""
+    sched = Scheduler(workers=64, until=time.monotonic() + SECONDS)
+    snapshot = {}
+
+    def snap():
+        time.sleep(SECONDS * STEADY_FROM)
+        snapshot["before"] = proxy_report(proxy, scope)
+        snapshot["at"] = time.monotonic()
+
+    start(sched)
+    threading.Thread(target=snap, daemon=True).start()
+    sched.run(lambda key: poll(sched, key))
+    after = proxy_report(proxy, scope)
+    return snapshot["before"], after, time.monotonic() - snapshot["at"]
+
+
 def rates(before, after, seconds):
     ops = set(after["calls"]) | set(after["throttled"])
     out = {}
@@ -169,11 +187,8 @@ def run_flowgate(proxy, arn, work):
                 tasks.append(result["taskId"])
         errors = []
         intervals = {}
-        t0 = time.monotonic()
-        sched = Scheduler(workers=64, until=t0 + SECONDS)
-        snapshot = {}
 
-        def poll(task):
+        def poll(sched, task):
             try:
                 answer = mcp(url, "tasks/get", {"taskId": task}, task)
                 if "error" in answer:
@@ -189,22 +204,17 @@ def run_flowgate(proxy, arn, work):
                 interval = 1000
             sched.at(time.monotonic() + interval / 1000.0, task)
 
-        def snap():
-            time.sleep(SECONDS * STEADY_FROM)
-            snapshot["before"] = proxy_report(proxy, "flowgate")
-            snapshot["at"] = time.monotonic()
+        def start(sched):
+            t0 = time.monotonic()
+            for i, task in enumerate(tasks):
+                sched.at(t0 + (i % 1000) / 1000.0, task)
 
-        for i, task in enumerate(tasks):
-            sched.at(t0 + (i % 1000) / 1000.0, task)
-        threading.Thread(target=snap, daemon=True).start()
-        sched.run(poll)
-        after = proxy_report(proxy, "flowgate")
-        window = time.monotonic() - snapshot["at"]
+        before, after, window = poll_for(proxy, "flowgate", start, poll)
         return {
             "whole_run_throttled": sum(after["throttled"].values()),
             "whole_run_calls": sum(after["calls"].values()),
             "errors": errors,
-            "rates": rates(snapshot["before"], after, window),
+            "rates": rates(before, after, window),
             "intervals": list(intervals.values()),
             "window": window,
         }
@@ -222,11 +232,8 @@ def run_peer(proxy, arns):
                           config=botocore.config.Config(retries={"max_attempts": 1},
                                                         max_pool_connections=64))
     errors = []
-    t0 = time.monotonic()
-    sched = Scheduler(workers=64, until=t0 + SECONDS)
-    snapshot = {}
 
-    def poll(arn):
+    def poll(sched, arn):
         try:
             client.describe_execution(executionArn=arn)
             client.get_execution_history(executionArn=arn, reverseOrder=True, maxResults=100)
@@ -234,20 +241,15 @@ def run_peer(proxy, arns):
             errors.append(type(e).__name__)
         sched.at(time.monotonic() + 1.0, arn)
 
-    def snap():
-        time.sleep(SECONDS * STEADY_FROM)
-        snapshot["before"] = proxy_report(proxy, "peer")
-        snapshot["at"] = time.monotonic()
+    def start(sched):
+        t0 = time.monotonic()
+        for i, arn in enumerate(arns):
+            sched.at(t0 + (i % 1000) / 1000.0, arn)
 
-    for i, arn in enumerate(arns):
-        sched.at(t0 + (i % 1000) / 1000.0, arn)
-    threading.Thread(target=snap, daemon=True).start()
-    sched.run(poll)
-    after = proxy_report(proxy, "peer")
-    window = time.monotonic() - snapshot["at"]
+    before, after, window = poll_for(proxy, "peer", start, poll)
     return {"whole_run_throttled": sum(after["throttled"].values()),
             "whole_run_calls": sum(after["calls"].values()),
-            "errors": errors, "rates": rates(snapshot["before"], after, window), "window": window}
+            "errors": errors, "rates": rates(before, after, window), "window": window}
 
 
 def main():

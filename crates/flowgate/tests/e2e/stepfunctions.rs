@@ -208,16 +208,8 @@ async fn an_engine_outage_is_reported_on_the_task_and_loses_nothing() {
     )
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let write = |name: &str, endpoint: &str| {
-        let path = dir.path().join(name);
-        let text = format!(
-            "tools:\n  - name: job\n    task: required\n    poll_interval_ms: 500\n    target: {{engine: stepfunctions, state_machine_arn: \"{arn}\", endpoint_url: \"{endpoint}\"}}\n"
-        );
-        std::fs::write(&path, text).expect("write manifest");
-        path
-    };
-    let reachable = write("up.yaml", &url);
-    let unreachable = write("down.yaml", "http://127.0.0.1:9");
+    let reachable = one_tool(dir.path(), "up.yaml", &arn, &url);
+    let unreachable = one_tool(dir.path(), "down.yaml", &arn, "http://127.0.0.1:9");
 
     let up = Server::start(dir.path(), Some(&reachable));
     let client = http_client(&up.url, true).await;
