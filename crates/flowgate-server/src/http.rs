@@ -4,7 +4,9 @@
 //! without sessions; older clients that `initialize` are served too, also without a session id
 //! (and get synchronous results). No request depends on an earlier one reaching this instance.
 //!
-//! In front of rmcp: a foreign `Origin` gets 403 (module `origins`), a body that is not a
+//! Clients on protocol 2025-11-25 get that revision's tasks (module `dialect_2025`, which
+//! translates them onto the same rmcp service). In front of rmcp: a foreign `Origin` gets 403
+//! (module `origins`), a body that is not a
 //! JSON-RPC message gets a JSON-RPC error (module `malformed`), and a `tasks/*` request without
 //! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`). With
 //! [`HttpOptions::auth`] set, `/mcp` requires an OAuth access token (module `auth`); with
@@ -13,6 +15,7 @@
 //! span and in its extensions, for the audit log (`crate::audit`).
 
 mod auth;
+mod dialect_2025;
 mod identity;
 mod malformed;
 mod mcp_name;
@@ -83,13 +86,30 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         .iter()
         .map(|t| (t.spec.name.clone(), t.spec.scopes.clone()))
         .collect();
+    let task_support: std::collections::HashMap<String, flowgate_manifest::TaskSupport> = server
+        .inner
+        .tools
+        .iter()
+        .map(|t| (t.spec.name.clone(), t.spec.task))
+        .collect();
+    let for_service = server.clone();
     let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
+        move || Ok(for_service.clone()),
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    let mut app = Router::new()
-        .nest_service("/mcp", service)
+    let mcp = Router::new().nest_service("/mcp", service);
+    let dialect = dialect_2025::Dialect {
+        service: mcp.clone(),
+        server,
+        task_support: Arc::new(task_support),
+        limit: body_limit,
+    };
+    let mut app = mcp
+        .layer(axum::middleware::from_fn_with_state(
+            dialect,
+            dialect_2025::serve_2025,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             body_limit,
             mcp_name::fill_task_name,

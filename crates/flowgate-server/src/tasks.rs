@@ -169,6 +169,68 @@ fn known_times(record: &mut flowgate_core::ExecutionRecord, handle: &TaskHandle)
     }
 }
 
+impl FlowgateServer {
+    /// The caller's tasks as 2025-11-25 `Task`s (`tasks/list`), newest first: the executions
+    /// each tool's engine lists for this principal (tools whose engine cannot list are left
+    /// out), at most [`LIST_LIMIT`] in all.
+    pub(crate) async fn list_tasks_2025(&self, principal: &str) -> Vec<serde_json::Value> {
+        let digest = principal::digest(principal);
+        let mut found = Vec::new();
+        for entry in self.inner.tools.iter() {
+            if !entry.engine.capabilities().list {
+                continue;
+            }
+            let filter = flowgate_core::ListFilter::for_principal(digest.clone(), Some(LIST_LIMIT));
+            let listed = match reading(entry.engine.kind(), || entry.engine.list(filter.clone()))
+                .await
+            {
+                Ok(listed) => listed,
+                Err(e) => {
+                    tracing::warn!(tool = %entry.spec.name, error = %e, "tasks/list: the engine could not list");
+                    continue;
+                }
+            };
+            for summary in listed {
+                let handle = TaskHandle {
+                    engine: entry.engine.kind().to_owned(),
+                    tool: entry.spec.name.clone(),
+                    execution: summary.execution,
+                    created_at: summary.created_at,
+                };
+                let at = summary
+                    .created_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                let status = match summary.state {
+                    flowgate_core::TaskState::InputRequired => "input_required",
+                    flowgate_core::TaskState::Completed => "completed",
+                    flowgate_core::TaskState::Failed | flowgate_core::TaskState::Unknown => {
+                        "failed"
+                    }
+                    flowgate_core::TaskState::Cancelled => "cancelled",
+                    _ => "working",
+                };
+                found.push((
+                    summary.created_at,
+                    json!({
+                        "taskId": self.inner.keys.seal(&handle, principal),
+                        "status": status,
+                        "createdAt": at,
+                        "lastUpdatedAt": at,
+                        "ttl": entry.presentation.ttl_ms,
+                        "pollInterval": entry.presentation.poll_interval_ms,
+                    }),
+                ));
+            }
+        }
+        found.sort_by_key(|t| std::cmp::Reverse(t.0));
+        found.truncate(LIST_LIMIT);
+        found.into_iter().map(|(_, t)| t).collect()
+    }
+}
+
+/// The most tasks one `tasks/list` answer holds.
+const LIST_LIMIT: usize = 100;
+
 /// Builds rmcp's `DetailedTask` from the core's projection.
 fn detailed(task_id: &str, wire: WireTask) -> DetailedTask {
     let (status, payload) = match wire.outcome {

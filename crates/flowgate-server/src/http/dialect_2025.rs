@@ -1,0 +1,365 @@
+//! The 2025-11-25 tasks dialect, for clients that `initialize` with protocol 2025-11-25 and
+//! declare the tasks capability (the shipped form of SEP-1686: the Python `mcp` 1.x and
+//! TypeScript SDK 1.x experimental task clients).
+//!
+//! rmcp serves only the 2026-07-28 tasks extension, so this layer translates: a 2025-11-25
+//! `tools/call` with `params.task`, `tasks/get` and `tasks/cancel` become 2026-07-28 requests
+//! to the same rmcp service (with the caller's extensions, so the same principal opens the
+//! same handles), and their answers are reshaped (`{task: Task}` for a created task; a flat
+//! `Task` with `ttl` and `pollInterval`). `tasks/result` polls until the task ends and answers
+//! with the tool's result (or the task's error); `tasks/list` lists the caller's executions
+//! through the engines' own list. The `initialize` answer gains `capabilities.tasks`, and
+//! `tools/list` each tool's `execution.taskSupport` from the manifest's `task:`.
+//!
+//! Nothing here keeps state: task ids are the same sealed handles, and any instance answers.
+//! Not served (a limit, said in the README): questions during `tasks/result`, which the
+//! revision delivers as `elicitation/create` on that request's stream; a 2025-11-25 task that
+//! asks keeps `input_required` until a 2026-07-28 client (or the engine's own UI) answers it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use flowgate_manifest::TaskSupport;
+use serde_json::{Map, Value, json};
+use tower::ServiceExt;
+
+use crate::FlowgateServer;
+
+/// The protocol revision this layer speaks.
+pub(crate) const V2025: &str = "2025-11-25";
+/// The revision the translated requests use.
+const V2026: &str = "2026-07-28";
+/// The longest `tasks/result` holds its request before asking the client to call again.
+const RESULT_HOLD: Duration = Duration::from_secs(300);
+/// `_meta` key of the task a message relates to.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// What the layer needs: the rmcp service to send translated requests to, the server (for
+/// `tasks/list`), and the manifest's task support per tool.
+#[derive(Clone)]
+pub(crate) struct Dialect {
+    /// The rmcp service behind `/mcp`, cloned per request.
+    pub(crate) service: axum::routing::Router,
+    pub(crate) server: FlowgateServer,
+    pub(crate) task_support: Arc<HashMap<String, TaskSupport>>,
+    pub(crate) limit: usize,
+}
+
+/// The layer: 2025-11-25 task requests are answered here, everything else passes.
+pub(crate) async fn serve_2025(State(d): State<Dialect>, request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let header_2025 = request
+        .headers()
+        .get("mcp-protocol-version")
+        .is_some_and(|v| v.as_bytes() == V2025.as_bytes());
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, d.limit).await else {
+        return (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response();
+    };
+    let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let method = message["method"].as_str().unwrap_or_default().to_owned();
+    let pass = |parts: Parts| Request::from_parts(parts, Body::from(bytes.clone()));
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let params = message.get("params").cloned().unwrap_or(Value::Null);
+    if method == "initialize" && params["protocolVersion"] == V2025 {
+        let response = next.run(pass(parts)).await;
+        return edit_result(response, |result| {
+            if result["protocolVersion"] == V2025 {
+                result["capabilities"]["tasks"] = json!({
+                    "list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}
+                });
+            }
+        })
+        .await;
+    }
+    if !header_2025 {
+        return next.run(pass(parts)).await;
+    }
+    match method.as_str() {
+        "tools/list" => {
+            let response = next.run(pass(parts)).await;
+            let support = d.task_support.clone();
+            edit_result(response, move |result| {
+                for tool in result["tools"].as_array_mut().into_iter().flatten() {
+                    let mode = tool["name"].as_str().and_then(|n| support.get(n)).map_or(
+                        "forbidden",
+                        |s| match s {
+                            TaskSupport::Required => "required",
+                            TaskSupport::Optional => "optional",
+                            TaskSupport::Forbidden => "forbidden",
+                        },
+                    );
+                    tool["execution"] = json!({"taskSupport": mode});
+                }
+            })
+            .await
+        }
+        "tools/call" if params.get("task").is_some() => d.create(&parts, &id, &params).await,
+        "tasks/get" => d.get(&parts, &id, &params).await,
+        "tasks/result" => d.result(&parts, &id, &params).await,
+        "tasks/cancel" => d.cancel(&parts, &id, &params).await,
+        "tasks/list" => d.list(&parts, &id).await,
+        _ => next.run(pass(parts)).await,
+    }
+}
+
+impl Dialect {
+    /// Sends `method` with `params` to rmcp as a 2026-07-28 request of a client that declares
+    /// the tasks extension; `name` is its `Mcp-Name`. The JSON-RPC `result`, or `error`.
+    async fn dispatch(
+        &self,
+        parts: &Parts,
+        method: &str,
+        mut params: Value,
+        name: &str,
+    ) -> Result<Value, Value> {
+        if !params.is_object() {
+            params = json!({});
+        }
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": V2026,
+            "io.modelcontextprotocol/clientInfo": {"name": "flowgate-2025-11-25-bridge", "version": env!("CARGO_PKG_VERSION")},
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        });
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let mut builder = axum::http::Request::builder()
+            .method(Method::POST)
+            .uri(parts.uri.clone());
+        for (k, v) in &parts.headers {
+            if !matches!(
+                k.as_str(),
+                "content-length" | "mcp-protocol-version" | "mcp-method" | "mcp-name"
+            ) {
+                builder = builder.header(k, v);
+            }
+        }
+        let header = |v: &str| HeaderValue::from_str(v).unwrap_or(HeaderValue::from_static(""));
+        let mut request = builder
+            .header("mcp-protocol-version", V2026)
+            .header("mcp-method", method)
+            .header("mcp-name", header(name))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(Body::from(body.to_string()))
+            .map_err(|e| rpc_error(-32603, &format!("cannot forward the request: {e}")))?;
+        *request.extensions_mut() = parts.extensions.clone();
+        let response = self
+            .service
+            .clone()
+            .oneshot(request)
+            .await
+            .map_err(|e| rpc_error(-32603, &format!("cannot forward the request: {e}")))?;
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .map_err(|_| rpc_error(-32603, "unreadable answer"))?;
+        let answer: Value =
+            serde_json::from_slice(&bytes).map_err(|_| rpc_error(-32603, "unreadable answer"))?;
+        match answer.get("error") {
+            Some(error) => Err(error.clone()),
+            None => Ok(answer["result"].clone()),
+        }
+    }
+
+    async fn create(&self, parts: &Parts, id: &Value, params: &Value) -> Response {
+        let name = params["name"].as_str().unwrap_or_default();
+        if self.task_support.get(name) == Some(&TaskSupport::Forbidden) {
+            return reply(
+                id,
+                Err(rpc_error(
+                    -32601,
+                    &format!("tool {name} does not run as a task (taskSupport: forbidden)"),
+                )),
+            );
+        }
+        let mut forwarded = params.clone();
+        if let Some(p) = forwarded.as_object_mut() {
+            p.remove("task");
+        }
+        let answer = self
+            .dispatch(parts, "tools/call", forwarded, name)
+            .await
+            .and_then(|result| {
+                if result["resultType"] == "task" {
+                    Ok(json!({"task": task_2025(&result)}))
+                } else {
+                    Err(rpc_error(
+                        -32603,
+                        &format!("tool {name} did not start a task"),
+                    ))
+                }
+            });
+        reply(id, answer)
+    }
+
+    async fn get(&self, parts: &Parts, id: &Value, params: &Value) -> Response {
+        let task = params["taskId"].as_str().unwrap_or_default();
+        let answer = self
+            .dispatch(parts, "tasks/get", json!({"taskId": task}), task)
+            .await
+            .map(|t| task_2025(&t));
+        reply(id, answer)
+    }
+
+    async fn cancel(&self, parts: &Parts, id: &Value, params: &Value) -> Response {
+        let task = params["taskId"].as_str().unwrap_or_default();
+        let answer = async {
+            let now = self
+                .dispatch(parts, "tasks/get", json!({"taskId": task}), task)
+                .await?;
+            if matches!(
+                now["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            ) {
+                return Err(rpc_error(
+                    -32602,
+                    &format!("task {task} has already ended ({})", now["status"]),
+                ));
+            }
+            self.dispatch(parts, "tasks/cancel", json!({"taskId": task}), task)
+                .await?;
+            // The revision: the task is cancelled once the answer says so, whatever the
+            // engine still finishes.
+            let mut t = task_2025(&now);
+            t["status"] = json!("cancelled");
+            t["statusMessage"] = json!("The task was cancelled by request.");
+            Ok(t)
+        }
+        .await;
+        reply(id, answer)
+    }
+
+    async fn result(&self, parts: &Parts, id: &Value, params: &Value) -> Response {
+        let task = params["taskId"].as_str().unwrap_or_default().to_owned();
+        let started = Instant::now();
+        let answer = loop {
+            let now = match self
+                .dispatch(parts, "tasks/get", json!({"taskId": task}), &task)
+                .await
+            {
+                Ok(now) => now,
+                Err(e) => break Err(e),
+            };
+            match now["status"].as_str() {
+                Some("completed") => {
+                    let mut result = now["result"].clone();
+                    if !result.is_object() {
+                        result = json!({});
+                    }
+                    result["_meta"][RELATED_TASK] = json!({"taskId": task});
+                    break Ok(result);
+                }
+                Some("failed") => {
+                    let mut error = now["error"].clone();
+                    if !error.is_object() {
+                        error = rpc_error(-32603, "the task failed");
+                    }
+                    break Err(error);
+                }
+                Some("cancelled") => break Err(rpc_error(-32603, "the task was cancelled")),
+                _ if started.elapsed() >= RESULT_HOLD => {
+                    break Err(rpc_error(
+                        -32603,
+                        "the task is still running; call tasks/result again",
+                    ));
+                }
+                _ => {
+                    let interval = now["pollIntervalMs"].as_u64().unwrap_or(1000);
+                    tokio::time::sleep(Duration::from_millis(interval.clamp(200, 5000))).await;
+                }
+            }
+        };
+        reply(id, answer)
+    }
+
+    async fn list(&self, parts: &Parts, id: &Value) -> Response {
+        let principal = crate::http::caller(parts).map_or_else(
+            || crate::principal::ANONYMOUS.to_owned(),
+            |c| c.principal.key(),
+        );
+        let tasks = self.server.list_tasks_2025(&principal).await;
+        reply(id, Ok(json!({"tasks": tasks})))
+    }
+}
+
+/// A 2026-07-28 task (created or detailed) as a 2025-11-25 `Task`.
+pub(crate) fn task_2025(t: &Value) -> Value {
+    let mut out = Map::new();
+    for key in [
+        "taskId",
+        "status",
+        "statusMessage",
+        "createdAt",
+        "lastUpdatedAt",
+    ] {
+        if let Some(v) = t.get(key) {
+            out.insert(key.to_owned(), v.clone());
+        }
+    }
+    out.insert("ttl".into(), t.get("ttlMs").cloned().unwrap_or(Value::Null));
+    if let Some(p) = t.get("pollIntervalMs") {
+        out.insert("pollInterval".into(), p.clone());
+    }
+    Value::Object(out)
+}
+
+fn rpc_error(code: i64, message: &str) -> Value {
+    json!({"code": code, "message": message})
+}
+
+/// A JSON-RPC answer to `id`.
+fn reply(id: &Value, answer: Result<Value, Value>) -> Response {
+    let body = match answer {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+    };
+    (
+        StatusCode::OK,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// `response` with its JSON-RPC `result` changed by `edit` (other answers unchanged).
+async fn edit_result(response: Response, edit: impl FnOnce(&mut Value)) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::BAD_GATEWAY.into_response();
+    };
+    let Ok(mut message) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    if let Some(result) = message.get_mut("result") {
+        edit(result);
+    }
+    let text = message.to_string();
+    parts.headers.remove("content-length");
+    Response::from_parts(parts, Body::from(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_2026_task_reads_as_a_2025_task() {
+        let t = json!({"resultType": "complete", "taskId": "fg1.x", "status": "input_required",
+            "statusMessage": "Go?", "createdAt": "a", "lastUpdatedAt": "b", "ttlMs": 5000,
+            "pollIntervalMs": 250, "inputRequests": {"k": {}}});
+        assert_eq!(
+            task_2025(&t),
+            json!({"taskId": "fg1.x", "status": "input_required", "statusMessage": "Go?",
+                "createdAt": "a", "lastUpdatedAt": "b", "ttl": 5000, "pollInterval": 250})
+        );
+        assert_eq!(task_2025(&json!({"taskId": "y"}))["ttl"], Value::Null);
+    }
+}

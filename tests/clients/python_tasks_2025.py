@@ -1,0 +1,162 @@
+"""Drives flowgate with the Python `mcp` 1.x client's experimental tasks API (protocol 2025-11-25).
+
+Run by scripts/clients against flowgate serving tests/clients/tools.yaml on the local engine:
+
+    python tests/clients/python_tasks_2025.py http://127.0.0.1:PORT/mcp
+
+Everything goes through the package's own public client API, unmodified: `streamable_http_client`,
+`ClientSession.initialize` (which negotiates 2025-11-25), `list_tools` (each tool's
+`execution.taskSupport`), and `session.experimental`'s `call_tool_as_task`, `get_task`,
+`get_task_result` (`tasks/result`), `list_tasks` and `cancel_task`. Each flow asserts what a user
+would see; any failure raises, and the process exits non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import warnings
+
+import mcp.types as types
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def check(condition: bool, what: str) -> None:
+    if not condition:
+        raise AssertionError(what)
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+async def negotiated(session: ClientSession) -> None:
+    init = await session.initialize()
+    check(init.protocolVersion == "2025-11-25", f"negotiated {init.protocolVersion}")
+    tasks = init.capabilities.tasks
+    check(tasks is not None and tasks.requests is not None and tasks.requests.tools is not None,
+          f"flowgate declares no tasks.requests.tools.call: {init.capabilities!r}")
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+    support = {name: (t.execution.taskSupport if t.execution else None) for name, t in tools.items()}
+    check(support.get("long_report") == "required", f"taskSupport: {support}")
+    print(f"ok  initialized with 2025-11-25; tools and their taskSupport: {support}")
+
+
+async def long_tool_to_completion(session: ClientSession) -> str:
+    started = time.monotonic()
+    created = await session.experimental.call_tool_as_task("long_report", {"days": 3, "seconds": 2})
+    task_id = created.task.taskId
+    check(created.task.status == "working", f"created as {created.task.status}")
+    check(created.task.pollInterval is not None, "no pollInterval")
+    while True:
+        status = await session.experimental.get_task(task_id)
+        if status.status in ("completed", "failed", "cancelled"):
+            break
+        await asyncio.sleep((status.pollInterval or 500) / 1000)
+    check(status.status == "completed", f"long_report ended {status.status}: {status.statusMessage}")
+    result = await session.experimental.get_task_result(task_id, types.CallToolResult)
+    took = time.monotonic() - started
+    check(text_of(result) == "Report for 3 days is ready", f"long_report returned {text_of(result)!r}")
+    check(took >= 2, f"finished in {took:.2f}s, before its 2 s of work")
+    print(f"ok  long tool ran as a task, polled with tasks/get, result through tasks/result in {took:.1f}s")
+    return task_id
+
+
+async def result_blocks_until_done(session: ClientSession) -> None:
+    created = await session.experimental.call_tool_as_task("long_report", {"days": 2, "seconds": 2})
+    started = time.monotonic()
+    result = await session.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+    took = time.monotonic() - started
+    check(text_of(result) == "Report for 2 days is ready", f"tasks/result returned {text_of(result)!r}")
+    check(took >= 1, f"tasks/result answered in {took:.2f}s: it did not wait for the task")
+    print(f"ok  tasks/result held the request until the task finished ({took:.1f}s)")
+
+
+async def cancel(session: ClientSession) -> None:
+    created = await session.experimental.call_tool_as_task("long_report", {"days": 9, "seconds": 60})
+    cancelled = await session.experimental.cancel_task(created.task.taskId)
+    check(cancelled.status == "cancelled", f"cancel answered {cancelled.status}")
+    for _ in range(50):
+        status = await session.experimental.get_task(created.task.taskId)
+        if status.status == "cancelled":
+            break
+        await asyncio.sleep(0.2)
+    check(status.status == "cancelled", f"after cancel the task is {status.status}")
+    try:
+        await session.experimental.cancel_task(created.task.taskId)
+    except McpError as e:
+        check(e.error.code == -32602, f"cancelling a finished task: {e.error}")
+    else:
+        raise AssertionError("cancelling a cancelled task was accepted")
+    print("ok  cancel: the task is cancelled, and a second cancel is refused with -32602")
+
+
+async def listed(session: ClientSession, task_id: str) -> None:
+    """tasks/list shows the caller's tasks. Its ids are freshly sealed handles (a handle is
+    sealed with a random nonce), so the task is found by what tasks/get says of it."""
+    mine = await session.experimental.get_task(task_id)
+    tasks = (await session.experimental.list_tasks()).tasks
+    check(len(tasks) >= 3, f"tasks/list shows {len(tasks)} tasks; this client started 3")
+    same = [t for t in tasks if t.createdAt == mine.createdAt and t.status == mine.status]
+    check(len(same) == 1, f"tasks/list has {len(same)} tasks like {task_id[:20]}...")
+    again = await session.experimental.get_task(same[0].taskId)
+    check(again.createdAt == mine.createdAt, "a listed id does not open the same task")
+    print(f"ok  tasks/list shows this caller's {len(tasks)} tasks, and its ids open them")
+
+
+async def forged(session: ClientSession, task_id: str) -> None:
+    for bad in [task_id[:-4] + "AAAA", "fg1.nope.x", "not-a-task"]:
+        try:
+            await session.experimental.get_task(bad)
+        except McpError as e:
+            check(e.error.code == -32602, f"forged id {bad[:16]}... gave {e.error.code}")
+        else:
+            raise AssertionError(f"forged id {bad[:16]}... was accepted")
+    print("ok  forged task ids refused with -32602")
+
+
+async def stepfunctions(session: ClientSession) -> None:
+    """The same flows against Step Functions tools (moto): `etl` waits 2 s, `etl_long` 600 s."""
+    init = await session.initialize()
+    check(init.protocolVersion == "2025-11-25", f"negotiated {init.protocolVersion}")
+    created = await session.experimental.call_tool_as_task("etl", {"name": "Ada"})
+    result = await session.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+    check(result.structuredContent == {"greeting": "hello Ada", "waited": 2} or
+          "hello Ada" in text_of(result), f"etl returned {result!r}")
+    final = await session.experimental.get_task(created.task.taskId)
+    check(final.status == "completed", f"etl ended {final.status}")
+    print(f"ok  a Step Functions execution ran as a task; tasks/result gave {text_of(result)!r}")
+    long = await session.experimental.call_tool_as_task("etl_long", {"name": "Bo"})
+    cancelled = await session.experimental.cancel_task(long.task.taskId)
+    check(cancelled.status == "cancelled", f"cancel answered {cancelled.status}")
+    for _ in range(50):
+        status = await session.experimental.get_task(long.task.taskId)
+        if status.status == "cancelled":
+            break
+        await asyncio.sleep(0.2)
+    check(status.status == "cancelled", f"after cancel the execution's task is {status.status}")
+    print("ok  cancel stopped the Step Functions execution")
+    await forged(session, created.task.taskId)
+
+
+async def main(url: str, mode: str = "") -> None:
+    async with streamable_http_client(url) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            if mode == "--stepfunctions":
+                await stepfunctions(session)
+                return
+            await negotiated(session)
+            task_id = await long_tool_to_completion(session)
+            await result_blocks_until_done(session)
+            await cancel(session)
+            await listed(session, task_id)
+            await forged(session, task_id)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:3]))
