@@ -57,10 +57,12 @@ pub(crate) async fn serve_2025(State(d): State<Dialect>, request: Request, next:
     if request.method() != Method::POST {
         return next.run(request).await;
     }
-    let header_2025 = request
-        .headers()
-        .get("mcp-protocol-version")
-        .is_some_and(|v| v.as_bytes() == V2025.as_bytes());
+    let version = request.headers().get("mcp-protocol-version");
+    let header_2025 = version.is_some_and(|v| v.as_bytes() == V2025.as_bytes());
+    // Another revision's request passes unread (an `initialize` carries no header yet).
+    if version.is_some() && !header_2025 {
+        return next.run(request).await;
+    }
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, d.limit).await else {
         return (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response();
