@@ -6,8 +6,9 @@ Run by scripts/clients against flowgate serving tests/clients/tools.yaml on the 
 
 Everything goes through the package's own public client API, unmodified: `streamable_http_client`,
 `ClientSession.initialize` (which negotiates 2025-11-25), `list_tools` (each tool's
-`execution.taskSupport`), and `session.experimental`'s `call_tool_as_task`, `get_task`,
-`get_task_result` (`tasks/result`), `list_tasks` and `cancel_task`. Each flow asserts what a user
+`execution.taskSupport`), `session.experimental`'s `call_tool_as_task`, `get_task`,
+`get_task_result` (`tasks/result`), `list_tasks` and `cancel_task`, and the session's
+`elicitation_callback`, which answers the question `tasks/result` streams for an approval. Each flow asserts what a user
 would see; any failure raises, and the process exits non-zero.
 """
 
@@ -77,6 +78,37 @@ async def result_blocks_until_done(session: ClientSession) -> None:
     print(f"ok  tasks/result held the request until the task finished ({took:.1f}s)")
 
 
+class Approver:
+    """The session's elicitation callback: approves, and records each question."""
+
+    def __init__(self) -> None:
+        self.questions: list[types.ElicitRequestParams] = []
+
+    async def __call__(self, context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.questions.append(params)
+        return types.ElicitResult(action="accept", content={"confirm": True})
+
+
+async def approval_through_tasks_result(session: ClientSession, approver: Approver) -> None:
+    """The revision's own input path: the task turns input_required; tasks/result streams the
+    question as elicitation/create, the session's callback answers it, and the result follows."""
+    created = await session.experimental.call_tool_as_task("approve_deploy", {"service": "billing"})
+    task_id = created.task.taskId
+    for _ in range(100):
+        status = await session.experimental.get_task(task_id)
+        if status.status == "input_required":
+            break
+        await asyncio.sleep(0.1)
+    check(status.status == "input_required", f"approve_deploy is {status.status}, not input_required")
+    result = await session.experimental.get_task_result(task_id, types.CallToolResult)
+    check(text_of(result) == "Deployed billing", f"approve_deploy returned {text_of(result)!r}")
+    check(len(approver.questions) == 1, f"the callback was asked {len(approver.questions)} times")
+    question = approver.questions[0]
+    check(question.message == "Deploy billing to production?", f"unexpected question {question.message!r}")
+    print(f"ok  approval: tasks/result asked {question.message!r} through elicitation/create; "
+          f"the answer was delivered and the tool said {text_of(result)!r}")
+
+
 async def cancel(session: ClientSession) -> None:
     created = await session.experimental.call_tool_as_task("long_report", {"days": 9, "seconds": 60})
     cancelled = await session.experimental.cancel_task(created.task.taskId)
@@ -101,7 +133,7 @@ async def listed(session: ClientSession, task_id: str) -> None:
     sealed with a random nonce), so the task is found by what tasks/get says of it."""
     mine = await session.experimental.get_task(task_id)
     tasks = (await session.experimental.list_tasks()).tasks
-    check(len(tasks) >= 3, f"tasks/list shows {len(tasks)} tasks; this client started 3")
+    check(len(tasks) >= 4, f"tasks/list shows {len(tasks)} tasks; this client started 4")
     same = [t for t in tasks if t.createdAt == mine.createdAt and t.status == mine.status]
     check(len(same) == 1, f"tasks/list has {len(same)} tasks like {task_id[:20]}...")
     again = await session.experimental.get_task(same[0].taskId)
@@ -145,14 +177,16 @@ async def stepfunctions(session: ClientSession) -> None:
 
 
 async def main(url: str, mode: str = "") -> None:
+    approver = Approver()
     async with streamable_http_client(url) as (read, write, _):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, elicitation_callback=approver) as session:
             if mode == "--stepfunctions":
                 await stepfunctions(session)
                 return
             await negotiated(session)
             task_id = await long_tool_to_completion(session)
             await result_blocks_until_done(session)
+            await approval_through_tasks_result(session, approver)
             await cancel(session)
             await listed(session, task_id)
             await forged(session, task_id)

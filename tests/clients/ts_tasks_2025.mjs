@@ -7,7 +7,8 @@
 // MODULES_DIR is the node_modules folder holding @modelcontextprotocol/sdk. Everything goes through
 // the SDK's own public client API, unmodified: `Client.connect` over `StreamableHTTPClientTransport`
 // (which negotiates 2025-11-25), `listTools`, and `client.experimental.tasks`: `callToolStream`
-// with a `task` option (which creates the task, polls tasks/get and fetches tasks/result),
+// with a `task` option (which creates the task, polls tasks/get and fetches tasks/result, where
+// an approval's question arrives as elicitation/create for the client's request handler),
 // `getTask`, `cancelTask` and `listTasks`. Any failed check throws, and the process exits non-zero.
 
 import path from 'node:path';
@@ -17,14 +18,20 @@ const [modules, url] = process.argv.slice(2);
 const sdk = (file) => import(pathToFileURL(path.join(modules, '@modelcontextprotocol/sdk/dist/esm', file)).href);
 const { Client } = await sdk('client/index.js');
 const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
-const { CallToolResultSchema } = await sdk('types.js');
+const { CallToolResultSchema, ElicitRequestSchema } = await sdk('types.js');
 
 function check(condition, what) {
   if (!condition) throw new Error(what);
 }
 const text = (result) => (result.content ?? []).map((b) => b.text ?? '').join('');
 
-const client = new Client({ name: 'flowgate-ts-2025', version: '1.0.0' }, { capabilities: {} });
+const client = new Client({ name: 'flowgate-ts-2025', version: '1.0.0' }, { capabilities: { elicitation: {} } });
+// The revision's own input path: tasks/result streams a question as elicitation/create.
+const questions = [];
+client.setRequestHandler(ElicitRequestSchema, async (request) => {
+  questions.push(request.params.message);
+  return { action: 'accept', content: { confirm: true } };
+});
 await client.connect(new StreamableHTTPClientTransport(new URL(url)));
 const caps = client.getServerCapabilities();
 check(caps?.tasks?.requests?.tools?.call, `flowgate declares no tasks.requests.tools.call: ${JSON.stringify(caps)}`);
@@ -53,6 +60,20 @@ check(taskId, 'no task was created');
 check(text(result) === 'Report for 4 days is ready', `long_report returned ${JSON.stringify(result)}`);
 check(took >= 2, `finished in ${took}s, before its 2 s of work`);
 console.log(`ok  long tool ran as a task (statuses seen: ${[...new Set(seen)].join(', ')}) and finished in ${took.toFixed(1)}s`);
+
+// An approval: input_required, the question through tasks/result, then the result.
+let approved;
+for await (const message of client.experimental.tasks.callToolStream(
+  { name: 'approve_deploy', arguments: { service: 'billing' } },
+  CallToolResultSchema,
+  { task: { ttl: 60000 } },
+)) {
+  if (message.type === 'result') approved = message.result;
+  if (message.type === 'error') throw message.error;
+}
+check(text(approved) === 'Deployed billing', `approve_deploy returned ${JSON.stringify(approved)}`);
+check(questions.length === 1 && questions[0] === 'Deploy billing to production?', `questions: ${JSON.stringify(questions)}`);
+console.log(`ok  approval: the question came through tasks/result (${questions[0]}) and the tool said ${text(approved)}`);
 
 // A cancel while the task runs.
 let cancelled;

@@ -11,10 +11,12 @@
 //! through the engines' own list. The `initialize` answer gains `capabilities.tasks`, and
 //! `tools/list` each tool's `execution.taskSupport` from the manifest's `task:`.
 //!
+//! A question the workflow asks reaches the client as the revision says: `tasks/result`
+//! answers with a stream, and the question goes out on it as `elicitation/create`. The
+//! request's id is the task and the question's key, sealed for the caller, so the client's
+//! answer (a JSON-RPC response POSTed to `/mcp`) is delivered by whichever instance receives it.
+//!
 //! Nothing here keeps state: task ids are the same sealed handles, and any instance answers.
-//! Not served (a limit, said in the README): questions during `tasks/result`, which the
-//! revision delivers as `elicitation/create` on that request's stream; a 2025-11-25 task that
-//! asks keeps `input_required` until a 2026-07-28 client (or the engine's own UI) answers it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,6 +42,10 @@ const V2026: &str = "2026-07-28";
 const RESULT_HOLD: Duration = Duration::from_secs(300);
 /// `_meta` key of the task a message relates to.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// The sealing purpose (and id prefix) of the `elicitation/create` requests sent during
+/// `tasks/result`: the id itself carries the task and the question, sealed for the caller, so
+/// the client's answer can reach any instance.
+const ELICIT: &str = "fge";
 
 /// What the layer needs: the rmcp service to send translated requests to, the server (for
 /// `tasks/list`), and the manifest's task support per tool.
@@ -69,6 +75,12 @@ pub(crate) async fn serve_2025(State(d): State<Dialect>, request: Request, next:
     };
     let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let method = message["method"].as_str().unwrap_or_default().to_owned();
+    // A client's answer to an `elicitation/create` this layer sent during `tasks/result`.
+    if method.is_empty()
+        && let Some(sealed) = message["id"].as_str().filter(|id| id.starts_with(ELICIT))
+    {
+        return d.answered(&parts, sealed, &message).await;
+    }
     let pass = |parts: Parts| Request::from_parts(parts, Body::from(bytes.clone()));
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     let params = message.get("params").cloned().unwrap_or(Value::Null);
@@ -239,17 +251,53 @@ impl Dialect {
         reply(id, answer)
     }
 
+    /// `tasks/result`: held until the task ends. The answer is a stream (SSE) when the client
+    /// takes one: a question the workflow asks meanwhile goes out on it as `elicitation/create`
+    /// (with the task's related-task meta), and the client's answer, POSTed to any instance,
+    /// is delivered with `tasks/update` (see [`Dialect::answered`]).
     async fn result(&self, parts: &Parts, id: &Value, params: &Value) -> Response {
         let task = params["taskId"].as_str().unwrap_or_default().to_owned();
+        let streams = parts
+            .headers
+            .get("accept")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/event-stream"));
+        if !streams {
+            let answer = self.wait_for_end(parts, &task, None).await;
+            return reply(id, answer);
+        }
+        let (tx, rx) =
+            futures::channel::mpsc::unbounded::<Result<String, std::convert::Infallible>>();
+        let this = self.clone();
+        let parts = clone_parts(parts);
+        let id = id.clone();
+        tokio::spawn(async move {
+            let answer = this.wait_for_end(&parts, &task, Some(&tx)).await;
+            let _ = tx.unbounded_send(Ok(sse_event(&envelope(&id, answer))));
+        });
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/event-stream")
+            .header("cache-control", "no-cache")
+            .body(Body::from_stream(rx))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    }
+
+    /// Polls `task` until it ends; with `stream`, each new question is sent on it.
+    async fn wait_for_end(
+        &self,
+        parts: &Parts,
+        task: &str,
+        stream: Option<
+            &futures::channel::mpsc::UnboundedSender<Result<String, std::convert::Infallible>>,
+        >,
+    ) -> Result<Value, Value> {
         let started = Instant::now();
-        let answer = loop {
-            let now = match self
-                .dispatch(parts, "tasks/get", json!({"taskId": task}), &task)
-                .await
-            {
-                Ok(now) => now,
-                Err(e) => break Err(e),
-            };
+        let mut asked = std::collections::HashSet::new();
+        loop {
+            let now = self
+                .dispatch(parts, "tasks/get", json!({"taskId": task}), task)
+                .await?;
             match now["status"].as_str() {
                 Some("completed") => {
                     let mut result = now["result"].clone();
@@ -257,36 +305,94 @@ impl Dialect {
                         result = json!({});
                     }
                     result["_meta"][RELATED_TASK] = json!({"taskId": task});
-                    break Ok(result);
+                    return Ok(result);
                 }
                 Some("failed") => {
-                    let mut error = now["error"].clone();
-                    if !error.is_object() {
-                        error = rpc_error(-32603, "the task failed");
-                    }
-                    break Err(error);
+                    let error = now["error"].clone();
+                    return Err(if error.is_object() {
+                        error
+                    } else {
+                        rpc_error(-32603, "the task failed")
+                    });
                 }
-                Some("cancelled") => break Err(rpc_error(-32603, "the task was cancelled")),
+                Some("cancelled") => return Err(rpc_error(-32603, "the task was cancelled")),
                 _ if started.elapsed() >= RESULT_HOLD => {
-                    break Err(rpc_error(
+                    return Err(rpc_error(
                         -32603,
                         "the task is still running; call tasks/result again",
                     ));
                 }
-                _ => {
-                    let interval = now["pollIntervalMs"].as_u64().unwrap_or(1000);
-                    tokio::time::sleep(Duration::from_millis(interval.clamp(200, 5000))).await;
+                Some("input_required") if stream.is_some() => {
+                    let principal = principal_of(parts);
+                    for (key, request) in now["inputRequests"].as_object().into_iter().flatten() {
+                        if !asked.insert(key.clone()) {
+                            continue;
+                        }
+                        let sealed = self.server.inner.keys.seal_bytes(
+                            ELICIT,
+                            json!({"t": task, "k": key}).to_string().as_bytes(),
+                            &principal,
+                        );
+                        let mut params = request["params"].clone();
+                        if !params.is_object() {
+                            continue;
+                        }
+                        params["_meta"][RELATED_TASK] = json!({"taskId": task});
+                        let ask = json!({"jsonrpc": "2.0", "id": sealed, "method": "elicitation/create", "params": params});
+                        if let Some(tx) = stream {
+                            let _ = tx.unbounded_send(Ok(sse_event(&ask)));
+                        }
+                    }
                 }
+                _ => {}
             }
+            let interval = now["pollIntervalMs"].as_u64().unwrap_or(1000);
+            tokio::time::sleep(Duration::from_millis(interval.clamp(200, 5000))).await;
+        }
+    }
+
+    /// A client's answer to one of the `elicitation/create` requests: delivered to the task
+    /// with `tasks/update` (an error answer is a dismissal). 202 whatever happens, as for any
+    /// response a client posts; an id that does not open for this caller is dropped.
+    async fn answered(&self, parts: &Parts, sealed: &str, message: &Value) -> Response {
+        let principal = principal_of(parts);
+        let opened = self
+            .server
+            .inner
+            .keys
+            .open_bytes(ELICIT, sealed, &principal)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+        let Some(opened) = opened else {
+            tracing::info!("an elicitation answer whose id does not open was dropped");
+            return StatusCode::ACCEPTED.into_response();
         };
-        reply(id, answer)
+        let (task, key) = (
+            opened["t"].as_str().unwrap_or_default(),
+            opened["k"].as_str().unwrap_or_default(),
+        );
+        let answer = match message.get("result") {
+            Some(result) => result.clone(),
+            None => json!({"action": "cancel"}),
+        };
+        let mut responses = Map::new();
+        responses.insert(key.to_owned(), answer);
+        if let Err(e) = self
+            .dispatch(
+                parts,
+                "tasks/update",
+                json!({"taskId": task, "inputResponses": responses}),
+                task,
+            )
+            .await
+        {
+            tracing::info!(error = %e, "an elicitation answer was not delivered");
+        }
+        StatusCode::ACCEPTED.into_response()
     }
 
     async fn list(&self, parts: &Parts, id: &Value) -> Response {
-        let principal = crate::http::caller(parts).map_or_else(
-            || crate::principal::ANONYMOUS.to_owned(),
-            |c| c.principal.key(),
-        );
+        let principal = principal_of(parts);
         let tasks = self.server.list_tasks_2025(&principal).await;
         reply(id, Ok(json!({"tasks": tasks})))
     }
@@ -313,16 +419,46 @@ pub(crate) fn task_2025(t: &Value) -> Value {
     Value::Object(out)
 }
 
+/// The caller's principal, as `crate::principal::of` finds it for rmcp's requests.
+fn principal_of(parts: &Parts) -> String {
+    crate::http::caller(parts).map_or_else(
+        || crate::principal::ANONYMOUS.to_owned(),
+        |c| c.principal.key(),
+    )
+}
+
+/// The parts of a request, for a task that outlives it (the body is not needed).
+fn clone_parts(parts: &Parts) -> Parts {
+    let mut request = axum::http::Request::builder()
+        .method(parts.method.clone())
+        .uri(parts.uri.clone())
+        .version(parts.version)
+        .body(())
+        .unwrap_or_default();
+    *request.headers_mut() = parts.headers.clone();
+    *request.extensions_mut() = parts.extensions.clone();
+    request.into_parts().0
+}
+
+/// One SSE event carrying a JSON-RPC message.
+fn sse_event(message: &Value) -> String {
+    format!("event: message\ndata: {message}\n\n")
+}
+
+fn envelope(id: &Value, answer: Result<Value, Value>) -> Value {
+    match answer {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+    }
+}
+
 fn rpc_error(code: i64, message: &str) -> Value {
     json!({"code": code, "message": message})
 }
 
 /// A JSON-RPC answer to `id`.
 fn reply(id: &Value, answer: Result<Value, Value>) -> Response {
-    let body = match answer {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
-    };
+    let body = envelope(id, answer);
     (
         StatusCode::OK,
         [("content-type", "application/json")],

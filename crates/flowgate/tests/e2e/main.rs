@@ -7,6 +7,7 @@ mod audit;
 mod bad_input;
 mod conformance;
 mod deploy;
+mod dialect_2025;
 mod github_actions;
 mod gitlab_ci;
 mod google_identity;
