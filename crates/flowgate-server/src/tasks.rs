@@ -172,15 +172,20 @@ fn known_times(record: &mut flowgate_core::ExecutionRecord, handle: &TaskHandle)
 impl FlowgateServer {
     /// The caller's tasks as 2025-11-25 `Task`s (`tasks/list`), newest first: the executions
     /// each tool's engine lists for this principal (tools whose engine cannot list are left
-    /// out), at most [`LIST_LIMIT`] in all.
-    pub(crate) async fn list_tasks_2025(&self, principal: &str) -> Vec<serde_json::Value> {
+    /// out), at most `limit` (and never more than [`LIST_LIMIT`]) in all.
+    pub(crate) async fn list_tasks_2025(
+        &self,
+        principal: &str,
+        limit: usize,
+    ) -> Vec<serde_json::Value> {
+        let limit = limit.min(LIST_LIMIT);
         let digest = principal::digest(principal);
         let mut found = Vec::new();
         for entry in self.inner.tools.iter() {
             if !entry.engine.capabilities().list {
                 continue;
             }
-            let filter = flowgate_core::ListFilter::for_principal(digest.clone(), Some(LIST_LIMIT));
+            let filter = flowgate_core::ListFilter::for_principal(digest.clone(), Some(limit));
             let listed = match reading(entry.engine.kind(), || entry.engine.list(filter.clone()))
                 .await
             {
@@ -223,13 +228,13 @@ impl FlowgateServer {
             }
         }
         found.sort_by_key(|t| std::cmp::Reverse(t.0));
-        found.truncate(LIST_LIMIT);
+        found.truncate(limit);
         found.into_iter().map(|(_, t)| t).collect()
     }
 }
 
-/// The most tasks one `tasks/list` answer holds.
-const LIST_LIMIT: usize = 100;
+/// The most tasks `tasks/list` reaches into (its pages included).
+const LIST_LIMIT: usize = 1000;
 
 /// Builds rmcp's `DetailedTask` from the core's projection.
 fn detailed(task_id: &str, wire: WireTask) -> DetailedTask {

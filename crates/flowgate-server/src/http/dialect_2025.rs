@@ -46,6 +46,8 @@ const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// `tasks/result`: the id itself carries the task and the question, sealed for the caller, so
 /// the client's answer can reach any instance.
 const ELICIT: &str = "fge";
+/// Tasks in one `tasks/list` page.
+const LIST_PAGE: usize = 50;
 
 /// What the layer needs: the rmcp service to send translated requests to, the server (for
 /// `tasks/list`), and the manifest's task support per tool.
@@ -121,7 +123,7 @@ pub(crate) async fn serve_2025(State(d): State<Dialect>, request: Request, next:
         "tasks/get" => d.get(&parts, &id, &params).await,
         "tasks/result" => d.result(&parts, &id, &params).await,
         "tasks/cancel" => d.cancel(&parts, &id, &params).await,
-        "tasks/list" => d.list(&parts, &id).await,
+        "tasks/list" => d.list(&parts, &id, &params).await,
         _ => next.run(pass(parts)).await,
     }
 }
@@ -391,10 +393,32 @@ impl Dialect {
         StatusCode::ACCEPTED.into_response()
     }
 
-    async fn list(&self, parts: &Parts, id: &Value) -> Response {
+    /// `tasks/list`, in pages of [`LIST_PAGE`]: the cursor is where the next page starts in
+    /// the caller's tasks, newest first (read afresh from the engines on every page).
+    async fn list(&self, parts: &Parts, id: &Value, params: &Value) -> Response {
+        let start = match params.get("cursor") {
+            None | Some(Value::Null) => 0,
+            Some(cursor) => match cursor
+                .as_str()
+                .and_then(|c| c.strip_prefix("page-"))
+                .and_then(|n| n.parse::<usize>().ok())
+            {
+                Some(n) => n,
+                None => return reply(id, Err(rpc_error(-32602, "invalid cursor"))),
+            },
+        };
         let principal = principal_of(parts);
-        let tasks = self.server.list_tasks_2025(&principal).await;
-        reply(id, Ok(json!({"tasks": tasks})))
+        let tasks = self
+            .server
+            .list_tasks_2025(&principal, start + LIST_PAGE + 1)
+            .await;
+        let more = tasks.len() > start + LIST_PAGE;
+        let page: Vec<Value> = tasks.into_iter().skip(start).take(LIST_PAGE).collect();
+        let mut result = json!({"tasks": page});
+        if more {
+            result["nextCursor"] = json!(format!("page-{}", start + LIST_PAGE));
+        }
+        reply(id, Ok(result))
     }
 }
 

@@ -126,6 +126,34 @@ async fn a_question_on_one_instances_stream_is_answered_through_another() {
         task.as_str()
     );
 
+    // tasks/list: this caller's task, and a cursor that is not one is refused.
+    let listed = post(
+        &b.url,
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list", "params": {}}),
+    )
+    .await
+    .json::<Value>()
+    .await
+    .expect("tasks/list");
+    assert_eq!(
+        listed["result"]["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    assert_eq!(
+        listed["result"]["tasks"][0]["status"], "completed",
+        "{listed}"
+    );
+    let bad = post(
+        &b.url,
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/list", "params": {"cursor": "nope"}}),
+    )
+    .await
+    .json::<Value>()
+    .await
+    .expect("tasks/list");
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+
     // A forged answer id is dropped, and never delivers anything.
     let forged = post(
         &b.url,
