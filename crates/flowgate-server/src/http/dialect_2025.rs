@@ -120,6 +120,22 @@ pub(crate) async fn serve_2025(State(d): State<Dialect>, request: Request, next:
             .await
         }
         "tools/call" if params.get("task").is_some() => d.create(&parts, &id, &params).await,
+        // The revision: a `taskSupport: required` tool called without `task` is -32601.
+        "tools/call"
+            if params["name"].as_str().and_then(|n| d.task_support.get(n))
+                == Some(&TaskSupport::Required) =>
+        {
+            reply(
+                &id,
+                Err(rpc_error(
+                    -32601,
+                    &format!(
+                        "tool {} runs only as a task (taskSupport: required): call it with params.task",
+                        params["name"].as_str().unwrap_or_default()
+                    ),
+                )),
+            )
+        }
         "tasks/get" => d.get(&parts, &id, &params).await,
         "tasks/result" => d.result(&parts, &id, &params).await,
         "tasks/cancel" => d.cancel(&parts, &id, &params).await,

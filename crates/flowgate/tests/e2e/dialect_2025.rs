@@ -71,6 +71,18 @@ async fn a_question_on_one_instances_stream_is_answered_through_another() {
         "{init}"
     );
 
+    // A taskSupport: required tool called without `task`: -32601, as the revision says.
+    let plain = post(
+        &a.url,
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": "approve_deploy", "arguments": {"service": "ledger"}}}),
+    )
+    .await
+    .json::<Value>()
+    .await
+    .expect("tools/call");
+    assert_eq!(plain["error"]["code"], -32601, "{plain}");
+
     let created = post(
         &a.url,
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
