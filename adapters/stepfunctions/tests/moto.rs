@@ -56,6 +56,7 @@ async fn stepfunctions_engine_passes_the_conformance_suite_on_moto() {
         answer: json!({"answer": "Alice"}),
         timeout: Duration::from_secs(20),
         lose_next_start_answer: Some(scope.lose_next_start_answer()),
+        transient_read_fault: Some(scope.transient_read_fault()),
     };
     run_all(&fixture).await;
     assert_eq!(scope.report().await["dropped"]["StartExecution"], 1);
