@@ -271,6 +271,12 @@ impl GhTarget {
         Ok(r)
     }
 
+    /// Whether the ref comes from the call's arguments (a template with placeholders), so a
+    /// ref GitHub does not know is the caller's to fix rather than the tool's.
+    pub(crate) fn ref_from_arguments(&self) -> bool {
+        template::render(&self.git_ref, &Value::Object(Map::new())).is_err()
+    }
+
     /// Where the credentials come from, when they are missing: the key to report and why.
     pub fn missing_credentials(&self) -> Option<(&'static str, String)> {
         match &self.app {

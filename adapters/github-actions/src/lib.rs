@@ -27,8 +27,12 @@
 mod api;
 mod auth;
 mod config;
+mod diagnose;
 mod engine;
+mod gates;
 mod mapping;
+mod outcome;
+mod start;
 mod template;
 mod zip;
 

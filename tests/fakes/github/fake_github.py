@@ -25,7 +25,7 @@ codes, field names, errors and headers:
 
 What it models, as GitHub documents it:
 - Credentials: a token (`--token`, the user "flowgate-tests", who may write), a read-only token
-  (`--readonly-token`, "flowgate-reader": writes are 403 "Resource not accessible by personal access
+  (`--readonly-token`, by default the token with "-readonly" appended; "flowgate-reader": writes are 403 "Resource not accessible by personal access
   token"), and GitHub App installation tokens (`--app-id`, `--app-public-key`): the JWT's RS256
   signature is checked with the openssl CLI, `iss`, `exp` and the ten-minute limit too; tokens last an
   hour with `--app-permissions`. Unknown tokens: 401 "Bad credentials". A repository named with
@@ -42,7 +42,8 @@ What it models, as GitHub documents it:
 - Runs queue for a runner (`--runners`, default 4): `queued` with queued jobs until one is free.
   The workflow's run list lags behind a dispatch by `--list-lag-ms` (the run exists at once).
 - Environments (`--environment NAME:reviewers=user:LOGIN,team:SLUG;wait_timer=MIN;app=APP_ID`,
-  `--protected NAME` for reviewers=user:flowgate-tests, `--team SLUG=LOGIN,...`): a job that names
+  `--protected NAME` for reviewers=user:flowgate-tests, `--team SLUG=LOGIN,...`, or the settings file
+  `--settings`, by default repository.yml beside the workflows folder): a job that names
   one waits (`waiting`, no steps) until its required reviewers approve, its wait timer has run out
   (`--minute-ms` per minute) and the custom deployment protection rules of its Apps approve.
   `pending_deployments` lists it with `wait_timer`, `wait_timer_started_at`, the reviewers and
@@ -95,9 +96,10 @@ Shortcuts this fake still takes:
   limits are staged by the tests (POST /_fake/throttle), answered 429 with retry-after.
 - Test hooks under /_fake/ (not GitHub's), each for one repository when the body names it
   ({"repo": "owner/name"}) so tests running at once never take each other's:
-  lose-next-dispatch-answer (dispatch, then drop the connection without an answer), throttle,
-  faults (the next N reads of runs, jobs, artifacts, reviews or logs answer 429, 5xx, or drop the
-  connection), rate-limit, stats (GET, `?repo=`), and runs/{id}/processes (pids of the run alive).
+  lose-next-dispatch-answer (dispatch, then drop the connection without an answer), list-lag
+  (this repository's run list lags by {"ms": N}), throttle,
+  faults (after the next N reads of runs, jobs, artifacts, reviews or logs, one answers 429 or 5xx
+  or drops the connection, each kind in turn), rate-limit, stats (GET, `?repo=`), and runs/{id}/processes (pids of the run alive).
 """
 
 import argparse
@@ -132,7 +134,7 @@ STATS = {"requests": 0, "not_modified": 0, "dispatches": 0, "app_tokens": 0}
 REPO_STATS = {}  # "owner/repo" -> {"dispatches": n, "requests": n}
 INSTALLATION_TOKENS = {}  # token -> expiry (epoch seconds)
 # Test hooks, each for one repository ("owner/repo") or every one ("*").
-HOOKS = {"lose_next_dispatch": set(), "throttle": {}, "faults": {}}
+HOOKS = {"lose_next_dispatch": set(), "throttle": {}, "faults": {}, "list_lag_ms": {}}
 LIMIT = {"limit": 5000, "used": 0, "reset": 0}
 CFG = argparse.Namespace()
 GATE_STEP = "__fake_environment_gate__"
@@ -309,21 +311,48 @@ class Environment:
                 "html_url": f"{CFG.base_url}/{owner}/{repo}/deployments/activity_log?environments_filter={self.name}"}
 
 
-def parse_environment(spec):
-    name, _, rest = spec.partition(":")
+def add_environment(name, reviewers=(), wait_timer=0, apps=()):
     env = CFG.environments.setdefault(name, Environment(name))
+    for r in reviewers:
+        kind, _, who = str(r).partition(":")
+        reviewer = ("Team" if kind == "team" else "User", who)
+        if reviewer not in env.reviewers:
+            env.reviewers.append(reviewer)
+    env.wait_timer = int(wait_timer) or env.wait_timer
+    env.apps.extend(str(a) for a in apps if str(a) not in env.apps)
+
+
+def parse_environment(spec):
+    """--environment NAME:reviewers=user:LOGIN,team:SLUG;wait_timer=MIN;app=APP_ID"""
+    name, _, rest = spec.partition(":")
+    settings = {"reviewers": [], "wait_timer": 0, "apps": []}
     for part in filter(None, rest.split(";")):
         key, _, value = part.partition("=")
         if key == "reviewers":
-            for r in filter(None, value.split(",")):
-                kind, _, who = r.partition(":")
-                env.reviewers.append(("Team" if kind == "team" else "User", who))
+            settings["reviewers"] += [r for r in value.split(",") if r]
         elif key == "wait_timer":
-            env.wait_timer = int(value)
+            settings["wait_timer"] = int(value)
         elif key == "app":
-            env.apps.append(str(value))
+            settings["apps"].append(value)
         else:
             sys.exit(f"--environment {spec}: unknown key {key}")
+    add_environment(name, **settings)
+
+
+def load_settings(path):
+    """The settings every repository of the fake shares (see tests/fakes/github/repository.yml)."""
+    with open(path) as f:
+        s = yaml.safe_load(f) or {}
+    CFG.branches += [b for b in s.get("branches", []) if b not in CFG.branches]
+    CFG.tags += [t for t in s.get("tags", []) if t not in CFG.tags]
+    CFG.hidden_repos |= set(s.get("hidden_repos", []))
+    for slug, members in (s.get("teams") or {}).items():
+        CFG.teams.setdefault(slug, []).extend(members)
+    for name, e in (s.get("environments") or {}).items():
+        e = e or {}
+        add_environment(name, e.get("reviewers", []), e.get("wait_timer", 0), e.get("apps", []))
+    if "minute_ms" in s and CFG.minute_ms is None:
+        CFG.minute_ms = int(s["minute_ms"])
 
 
 def ref_exists(ref):
@@ -439,7 +468,8 @@ class Run:
         self.head_sha = hashlib.sha1(ref.encode()).hexdigest()
         self.status, self.conclusion = "queued", None
         self.created_at = self.updated_at = now()
-        self.listed_from = time.time() + CFG.list_lag_ms / 1000.0
+        lag = HOOKS["list_lag_ms"].get(f"{owner}/{repo}", CFG.list_lag_ms)
+        self.listed_from = time.time() + lag / 1000.0
         self.run_started_at = self.created_at
         self.jobs = {k: Job(self, k, v or {}) for k, v in (spec.get("jobs") or {}).items()}
         self.approvals = []
@@ -1017,10 +1047,18 @@ class Handler(BaseHTTPRequestHandler):
                 HOOKS["retry_after"] = int(b.get("retry_after", 1))
             return self.send(204)
         if name == "faults" and method == "POST":
-            kinds = b.get("kinds") or [b.get("kind", 500)]
+            # {"skip": N}: the next N reads pass, then `count` (default 1) fail; {"skip": null} disarms.
             with LOCK:
-                HOOKS["faults"][scope] = {"count": int(b.get("count", 1)), "kinds": list(kinds), "next": 0,
-                                          "match": list(b.get("match") or [])}
+                if b.get("skip", 0) is None:
+                    HOOKS["faults"].pop(scope, None)
+                else:
+                    HOOKS["faults"][scope] = {"skip": int(b.get("skip", 0)), "count": int(b.get("count", 1)),
+                                              "kinds": list(b.get("kinds") or FAULT_KINDS),
+                                              "match": list(b.get("match") or [])}
+            return self.send(204)
+        if name == "list-lag" and method == "POST":
+            with LOCK:
+                HOOKS["list_lag_ms"][scope] = int(b.get("ms", 0))
             return self.send(204)
         if name == "rate-limit" and method == "POST":
             with LOCK:
@@ -1075,18 +1113,26 @@ FAULT_READS = {
 }
 
 
+# What a faulted read answers, in turn: a secondary rate limit, server errors, a dropped connection.
+FAULT_KINDS = [429, 500, 502, 503, "drop"]
+FAULTS_MET = {"n": 0}
+
+
 def take_fault(repo, path):
     with LOCK:
         for scope in (repo, "*"):
             f = HOOKS["faults"].get(scope)
             if not f or f["count"] <= 0:
                 continue
-            kinds = f["match"] or list(FAULT_READS)
-            if not any(FAULT_READS[k].search(path) for k in kinds if k in FAULT_READS):
+            reads = f["match"] or list(FAULT_READS)
+            if not any(FAULT_READS[k].search(path) for k in reads if k in FAULT_READS):
                 continue
+            if f["skip"] > 0:
+                f["skip"] -= 1
+                return None
             f["count"] -= 1
-            kind = f["kinds"][f["next"] % len(f["kinds"])]
-            f["next"] += 1
+            kind = f["kinds"][FAULTS_MET["n"] % len(f["kinds"])]
+            FAULTS_MET["n"] += 1
             return "drop" if kind == "drop" else int(kind)
     return None
 
@@ -1436,14 +1482,16 @@ def main():
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--workflows", required=True)
     p.add_argument("--token", required=True)
-    p.add_argument("--readonly-token", default="")
+    p.add_argument("--readonly-token", default=None, help="default: the token with -readonly appended")
     p.add_argument("--act", default=shutil.which("act") or "act")
     p.add_argument("--protected", action="append", default=[],
                    help="an environment whose required reviewer is the token's user")
     p.add_argument("--environment", action="append", default=[],
                    help="NAME:reviewers=user:LOGIN,team:SLUG;wait_timer=MIN;app=APP_ID")
     p.add_argument("--team", action="append", default=[], help="SLUG=LOGIN,LOGIN")
-    p.add_argument("--minute-ms", type=int, default=60000, help="how long a wait-timer minute lasts")
+    p.add_argument("--minute-ms", type=int, default=None, help="how long a wait-timer minute lasts (60000)")
+    p.add_argument("--settings", default=None,
+                   help="repository settings (YAML); default: repository.yml beside the workflows folder")
     p.add_argument("--branch", action="append", default=[], help="a branch of every repository (default main)")
     p.add_argument("--tag", action="append", default=[])
     p.add_argument("--hidden-repo", action="append", default=[], help="OWNER/REPO the token cannot see")
@@ -1462,18 +1510,25 @@ def main():
     args = p.parse_args()
     CFG.__dict__.update(vars(args))
     CFG.app_permissions = parse_permissions(args.app_permissions)
-    CFG.branches = args.branch or ["main"]
-    CFG.tags = args.tag
+    if CFG.readonly_token is None:
+        CFG.readonly_token = args.token + "-readonly"
+    CFG.branches = list(args.branch)
+    CFG.tags = list(args.tag)
     CFG.hidden_repos = set(args.hidden_repo)
     CFG.teams = {}
     for t in args.team:
         slug, _, members = t.partition("=")
-        CFG.teams[slug] = [m for m in members.split(",") if m]
+        CFG.teams.setdefault(slug, []).extend(m for m in members.split(",") if m)
     CFG.environments = {}
     for name in args.protected:
-        parse_environment(f"{name}:reviewers=user:{USER['login']}")
+        add_environment(name, [f"user:{USER['login']}"])
     for spec in args.environment:
         parse_environment(spec)
+    settings = args.settings or os.path.join(os.path.dirname(os.path.abspath(args.workflows)), "repository.yml")
+    if os.path.exists(settings):
+        load_settings(settings)
+    CFG.branches = CFG.branches or ["main"]
+    CFG.minute_ms = CFG.minute_ms or 60000
     if os.sep in CFG.act:
         CFG.act = os.path.abspath(CFG.act)  # runs start in their own scratch folders
     if not shutil.which(CFG.act):
