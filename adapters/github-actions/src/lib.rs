@@ -32,6 +32,7 @@ mod engine;
 mod gates;
 mod mapping;
 mod outcome;
+mod permissions;
 mod start;
 mod template;
 mod zip;
@@ -39,7 +40,7 @@ mod zip;
 pub use config::{AppConfig, AppId, GhTarget, MAX_INPUTS, OnFailure, ResultArtifact};
 pub use engine::GitHubActionsEngine;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The engine kind manifests name: `engine: github-actions`.
 pub const KIND: &str = "github-actions";
@@ -61,20 +62,11 @@ pub fn register(registry: &mut flowgate_core::Registry) {
 }
 
 /// The repository permissions each target's token (or GitHub App installation) needs, per
-/// repository: `actions: write` to dispatch, read and cancel runs and read artifacts and logs;
-/// `deployments: write` to review environments; `contents: read` for the workflow file.
+/// repository, each traced to the calls that need it (see [`permissions`](crate::permissions)):
+/// `actions: write` to dispatch and cancel runs (and read them, their jobs, reviews, artifacts
+/// and logs), `deployments: write` to answer environment reviews, `metadata: read`.
 pub fn permissions(targets: &[GhTarget]) -> Value {
-    let mut repos = serde_json::Map::new();
-    for t in targets {
-        repos.insert(
-            format!("{}/{}", t.owner, t.repo),
-            json!({"actions": "write", "deployments": "write", "contents": "read", "metadata": "read"}),
-        );
-    }
-    json!({
-        "note": "fine-grained token or GitHub App installation permissions, per repository",
-        "repositories": repos,
-    })
+    permissions::permissions(targets)
 }
 
 #[cfg(feature = "testing")]
