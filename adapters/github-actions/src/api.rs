@@ -186,6 +186,12 @@ pub(crate) struct Artifact {
     pub expired: bool,
 }
 
+/// The repository (the fields flowgate reads).
+#[derive(Debug, Deserialize)]
+struct Repository {
+    default_branch: String,
+}
+
 #[derive(Debug, Deserialize)]
 struct DispatchAnswer {
     workflow_run_id: u64,
@@ -324,17 +330,29 @@ impl Api {
         }
     }
 
-    /// `GET /repos/{owner}/{repo}`: whether the credentials can see the repository at all.
-    pub(crate) async fn repository_visible(&self) -> Result<bool, EngineError> {
+    /// `GET /repos/{owner}/{repo}`: the repository, `None` when the credentials cannot see it.
+    async fn repository(&self) -> Result<Option<Repository>, EngineError> {
         let url = format!(
             "{}/repos/{}/{}",
             self.target.api_url, self.target.owner, self.target.repo
         );
-        let got = self
-            .http
-            .send(self.request(Method::GET, &url).await?, "repos.get")
-            .await;
-        absent_as_none(got).map(|r| r.is_some())
+        absent_as_none(self.get(&url, "repos.get").await)
+    }
+
+    /// Whether the credentials can see the repository at all.
+    pub(crate) async fn repository_visible(&self) -> Result<bool, EngineError> {
+        self.repository().await.map(|r| r.is_some())
+    }
+
+    /// The repository's default branch (a call whose ref is left out runs there).
+    pub(crate) async fn default_branch(&self) -> Result<String, EngineError> {
+        match self.repository().await? {
+            Some(r) => Ok(r.default_branch),
+            None => Err(EngineError::NotFound {
+                engine: KIND,
+                what: format!("repository {}/{}", self.target.owner, self.target.repo),
+            }),
+        }
     }
 
     /// `POST .../workflows/{workflow}/dispatches` with `return_run_details`.

@@ -105,6 +105,13 @@ pub(crate) async fn explain(
                          not declare: fix the tool's `inputs` or the workflow"
                     ));
                 }
+                if names.iter().all(|n| target.declared_arguments.contains(n)) {
+                    return misconfigured(format!(
+                        "the tool's input_schema offers the arguments {names:?}, which the \
+                         workflow {workflow} does not declare as inputs: map the tool's \
+                         `inputs`, or declare them in the workflow"
+                    ));
+                }
                 return EngineError::InvalidInput {
                     engine: KIND,
                     message: format!(

@@ -202,10 +202,25 @@ impl Engine for GitHubActionsEngine {
             .target
             .dispatch_inputs(&request.arguments, &marker)
             .map_err(invalid)?;
-        let git_ref = self
+        let git_ref = match self
             .target
             .git_ref_for(&request.arguments)
-            .map_err(invalid)?;
+            .map_err(invalid)?
+        {
+            Some(r) => r,
+            // The ref's argument left out: the repository's default branch.
+            None => match self.api.default_branch().await {
+                Ok(branch) => branch,
+                Err(e) => {
+                    let origin = Origin {
+                        git_ref: "",
+                        ref_from_arguments: true,
+                        explicit_inputs: self.target.inputs.is_some(),
+                    };
+                    return Err(diagnose::explain(&self.api, &self.target, e, origin).await);
+                }
+            },
+        };
         let origin = Origin {
             git_ref: &git_ref,
             ref_from_arguments: self.target.ref_from_arguments(),

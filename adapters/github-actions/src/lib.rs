@@ -34,7 +34,6 @@ mod mapping;
 mod outcome;
 mod permissions;
 mod start;
-mod template;
 mod zip;
 
 pub use config::{AppConfig, AppId, GhTarget, MAX_INPUTS, OnFailure, ResultArtifact};
@@ -50,7 +49,7 @@ pub fn register(registry: &mut flowgate_core::Registry) {
     registry.register(
         KIND,
         Box::new(|spec| {
-            let target = GhTarget::from_manifest(spec.config)?;
+            let target = GhTarget::from_manifest(spec)?;
             if let Some((key, message)) = target.missing_credentials() {
                 return Err(flowgate_core::TargetError::at(key, message));
             }

@@ -218,7 +218,7 @@ mod tests {
         if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
             m.extend(e);
         }
-        GhTarget::from_manifest(v.as_object().expect("object")).expect("target")
+        GhTarget::from_config(v.as_object().expect("object"), &Map::new()).expect("target")
     }
 
     /// Every operation the REST client names is in the table (or made with the App's JWT),

@@ -197,13 +197,43 @@ impl Fake {
     ///
     /// # Panics
     /// On a broken fixture.
+    ///
+    /// The tool's `input_schema` is `extra.input_schema` when given, else one that declares
+    /// (as optional strings) every argument the target's templates name.
     pub fn target(&self, workflow: &str, extra: Value) -> GhTarget {
         let mut v = json!({"owner": "acme", "repo": "app", "workflow": workflow, "ref": "main",
                            "api_url": self.url, "token_env": "FLOWGATE_TEST_UNUSED_TOKEN_VAR"});
         if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
             m.extend(e);
         }
-        let mut t = GhTarget::from_manifest(v.as_object().expect("object")).expect("target");
+        let target = v.as_object_mut().expect("object");
+        let schema = match target.remove("input_schema") {
+            Some(Value::Object(schema)) => schema,
+            _ => {
+                let mut templates: Vec<&str> = target
+                    .get("ref")
+                    .and_then(Value::as_str)
+                    .into_iter()
+                    .collect();
+                if let Some(Value::Object(inputs)) = target.get("inputs") {
+                    templates.extend(inputs.values().filter_map(Value::as_str));
+                }
+                let properties: serde_json::Map<String, Value> = templates
+                    .iter()
+                    .filter_map(|t| flowgate_core::template::Template::parse(t).ok())
+                    .flat_map(|t| {
+                        t.arguments()
+                            .map(|a| (a.to_owned(), json!({"type": "string"})))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                json!({"type": "object", "properties": properties})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default()
+            }
+        };
+        let mut t = GhTarget::from_config(target, &schema).expect("target");
         t.token = Some(Secret::new(self.token.clone()));
         t
     }

@@ -72,9 +72,11 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
     }
     #[cfg(feature = "github-actions")]
     {
-        let gh = targets(manifest, flowgate_github_actions::KIND, |spec| {
-            flowgate_github_actions::GhTarget::from_manifest(spec.config)
-        })?;
+        let gh = targets(
+            manifest,
+            flowgate_github_actions::KIND,
+            flowgate_github_actions::GhTarget::from_manifest,
+        )?;
         if !gh.is_empty() {
             out.insert("github".into(), flowgate_github_actions::permissions(&gh));
         }

@@ -84,3 +84,59 @@ async fn a_run_waiting_for_a_runner_is_submitted_then_runs() {
     let done = wait_for(&e, &second, |r| r.state.is_terminal()).await;
     assert_eq!(done.output, Some(json!({"greeting": "hello Two"})));
 }
+
+/// Arguments the schema does not require, left out of a call: the input of one with a schema
+/// default gets that default; the others are not sent, so the workflow's own defaults apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_arguments_left_out_take_the_schema_default_or_the_workflows() {
+    let fake = Fake::shared();
+    let e = engine(
+        &fake,
+        "typed.yml",
+        json!({
+            "input_schema": {"type": "object", "properties": {
+                "level": {"type": "string", "enum": ["info", "debug"], "default": "debug"},
+                "count": {"type": "integer"},
+                "note": {"type": "string"},
+                "dry": {"type": "boolean"}
+            }},
+            "inputs": {"level": "{level}", "count": "{count}", "note": "{note}", "dry_run": "{dry}"},
+            "result_artifact": {"name": "result", "path": "result.json"}
+        }),
+    );
+    let x = start(&e, json!({"count": 3})).await;
+    let done = wait_for(&e, &x, |r| r.state.is_terminal()).await;
+    assert_eq!(
+        done.output,
+        Some(json!({"dry_run": "false", "level": "debug", "count": "3", "note": "no note"})),
+        "{done:?}"
+    );
+}
+
+/// A ref template whose argument is left out runs on the repository's default branch; given,
+/// on the branch it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ref_whose_argument_is_left_out_is_the_default_branch() {
+    let fake = Fake::shared();
+    let e = engine(
+        &fake,
+        "greet.yml",
+        json!({"ref": "{branch}", "input_schema": {"type": "object", "properties": {
+            "name": {"type": "string"}, "branch": {"type": "string"}}},
+            "inputs": {"name": "{name}"}}),
+    );
+    for (arguments, branch) in [
+        (json!({"name": "x"}), "main"),
+        (json!({"name": "y", "branch": "release/1.x"}), "release/1.x"),
+    ] {
+        let x = start(&e, arguments).await;
+        let (status, run) = fake.request(
+            "GET",
+            &format!("/repos/acme/app/actions/runs/{}", x.0),
+            Some(&fake.token),
+            serde_json::Value::Null,
+        );
+        assert_eq!(status, 200, "{run}");
+        assert_eq!(run["head_branch"], branch, "{run}");
+    }
+}

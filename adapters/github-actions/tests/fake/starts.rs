@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use flowgate_core::{Engine, EngineError, StartRequest, TaskState};
+use flowgate_core::{Engine, EngineError, IdempotencyKey, StartRequest, TaskState};
 use flowgate_github_actions::testing::Fake;
 use serde_json::json;
 
@@ -35,18 +35,18 @@ async fn a_dispatch_answered_204_is_found_by_its_key_and_never_dispatched_twice(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_answer_while_the_list_lags_is_never_dispatched_again() {
     let fake = Fake::shared();
-    fake.hook("list-lag", json!({"repo": "acme/lagging", "ms": 3000}));
-    let e = greet_in(&fake, "lagging");
+    // A repository of this test's own: the shared fake counts its dispatches apart.
+    let repo = format!("lagging-{}", IdempotencyKey::new());
+    let full = format!("acme/{repo}");
+    fake.hook("list-lag", json!({"repo": full, "ms": 3000}));
+    let e = greet_in(&fake, &repo);
     let request = StartRequest::new("t", json!({"name": "Hal", "seconds": 0}), "tests");
-    fake.hook("lose-next-dispatch-answer", json!({"repo": "acme/lagging"}));
+    fake.hook("lose-next-dispatch-answer", json!({"repo": full}));
     let lost = e.start(request.clone()).await;
     assert!(matches!(&lost, Err(e) if e.is_retryable()), "{lost:?}");
     let found = e.start(request.clone()).await.expect("the retried start");
-    assert_eq!(
-        fake.stats("acme/lagging")["dispatches"],
-        1,
-        "one call, one run"
-    );
+    let stats = fake.stats(&full);
+    assert_eq!(stats["dispatches"], 1, "one call, one run: {stats}");
     let done = wait_for(&e, &found.execution, |r| r.state.is_terminal()).await;
     assert_eq!(done.state, TaskState::Completed, "{done:?}");
 }
