@@ -91,6 +91,9 @@ Shortcuts this fake still takes:
   not modelled.
 - act in host mode reads a step's output asynchronously and can drop the last lines of a step that
   exits at once; the test workflows pause half a second before failing on purpose.
+- Job logs are act's output with a timestamp per line and `##[group]Run <step>` headers, close to
+  GitHub's format but not byte for byte; a run exists (GET .../runs/{id}) as soon as it is
+  dispatched, also after a 204.
 - run_attempt is always 1; no re-runs; state is in memory and never purged.
 - The rate limit is one "core" bucket per token (--rate-limit, default 5000 an hour); secondary
   limits are staged by the tests (POST /_fake/throttle), answered 429 with retry-after.
