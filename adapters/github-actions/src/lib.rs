@@ -64,7 +64,7 @@ pub fn register(registry: &mut flowgate_core::Registry) {
 }
 
 /// The repository permissions each target's token (or GitHub App installation) needs, per
-/// repository, each traced to the calls that need it (see [`permissions`](crate::permissions)):
+/// repository, each traced to the calls that need it (module `permissions`):
 /// `actions: write` to dispatch and cancel runs (and read them, their jobs, reviews, artifacts
 /// and logs), `deployments: write` to answer environment reviews, `metadata: read`.
 pub fn permissions(targets: &[GhTarget]) -> Value {
