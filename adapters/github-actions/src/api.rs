@@ -451,11 +451,14 @@ impl Api {
             self.target.repo,
             paging::encode(environment)
         );
-        let list: ProtectionRuleList = self
-            .get(&url, "repos.getAllDeploymentProtectionRules")
-            .await?;
+        // A 404 (an environment deleted meanwhile, a server without custom rules): none.
+        let list: Option<ProtectionRuleList> = absent_as_none(
+            self.get(&url, "repos.getAllDeploymentProtectionRules")
+                .await,
+        )?;
         Ok(list
-            .custom_deployment_protection_rules
+            .map(|l| l.custom_deployment_protection_rules)
+            .unwrap_or_default()
             .into_iter()
             .filter(|r| r.enabled)
             .collect())

@@ -151,6 +151,12 @@ impl GitHubActionsEngine {
                     created_at,
                 });
             }
+            if let Some(id) = dispatch.run_id {
+                // GitHub named the run; only its first read failed.
+                let run = self.api.run(id).await.map_err(part_of_run)?;
+                self.ledger.found(key, (id, run.created_at));
+                continue;
+            }
             if let Some(run) = self.find_run(key, git_ref).await? {
                 self.ledger.found(key, (run.id, run.created_at));
                 continue;
@@ -249,7 +255,7 @@ impl Engine for GitHubActionsEngine {
                 // The answer names the run: no list to wait for. Its creation time comes with
                 // the first read; a passing failure of that read loses nothing (the ledger has
                 // the id for the retry).
-                self.ledger.accepted(&key, None);
+                self.ledger.accepted(&key, Some(id));
                 let run = self.api.run(id).await.map_err(part_of_run)?;
                 self.ledger.found(&key, (id, run.created_at));
                 Ok(Started {

@@ -32,7 +32,9 @@ const CAPACITY: usize = 10_000;
 pub(crate) struct Dispatch {
     /// When the first dispatch of the key was sent.
     pub sent: Instant,
-    /// The run, once known (GitHub named it, or a look found it).
+    /// The run's id, once known (GitHub named it, or a look found it).
+    pub run_id: Option<u64>,
+    /// The run, once read.
     pub run: Option<(u64, DateTime<Utc>)>,
     /// Whether GitHub certainly accepted it (an answer came) or may have (the answer was lost).
     pub accepted: bool,
@@ -78,23 +80,25 @@ impl Ledger {
             key.to_owned(),
             Dispatch {
                 sent: Instant::now(),
+                run_id: None,
                 run: None,
                 accepted: false,
             },
         );
     }
 
-    /// GitHub answered the dispatch (with the run, or a bare 204).
-    pub(crate) fn accepted(&self, key: &str, run: Option<(u64, DateTime<Utc>)>) {
+    /// GitHub answered the dispatch: with the run's id, or a bare 204 (`None`).
+    pub(crate) fn accepted(&self, key: &str, run_id: Option<u64>) {
         if let Some(d) = self.keys().get_mut(key) {
             d.accepted = true;
-            d.run = run.or(d.run);
+            d.run_id = run_id.or(d.run_id);
         }
     }
 
-    /// The run of `key` was found.
+    /// The run of `key` was found (or read).
     pub(crate) fn found(&self, key: &str, run: (u64, DateTime<Utc>)) {
         if let Some(d) = self.keys().get_mut(key) {
+            d.run_id = Some(run.0);
             d.run = Some(run);
         }
     }
@@ -162,7 +166,11 @@ mod tests {
         let d = ledger.get("k").expect("remembered before the answer");
         assert!(!d.accepted && d.run.is_none());
         let at = Utc::now();
-        ledger.accepted("k", None);
+        ledger.accepted("k", Some(7));
+        assert_eq!(
+            ledger.get("k").map(|d| (d.run_id, d.run)),
+            Some((Some(7), None))
+        );
         ledger.found("k", (7, at));
         let d = ledger.get("k").expect("still remembered");
         assert!(d.accepted);

@@ -80,3 +80,27 @@ async fn a_run_never_found_after_a_204_says_to_put_the_key_in_the_run_name() {
     );
     assert_eq!(fake.stats("acme/untitled")["dispatches"], 1);
 }
+
+/// GitHub named the run, then the first read of it failed for a passing reason: the retry of
+/// the call reaches that run by its id (even a workflow whose run-name lacks the key), and never
+/// dispatches again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_run_whose_first_read_failed_is_the_retrys_run() {
+    let fake = Fake::shared();
+    let repo = format!("named-{}", IdempotencyKey::new());
+    let full = format!("acme/{repo}");
+    let e = engine(&fake, "untitled.yml", json!({"repo": repo}));
+    let request = StartRequest::new("t", json!({}), "tests");
+    // The run list is read first (let through), then the run itself (fails).
+    fake.hook(
+        "faults",
+        json!({"repo": full, "skip": 1, "match": ["runs"], "kinds": [503]}),
+    );
+    let first = e.start(request.clone()).await;
+    assert!(matches!(&first, Err(e) if e.is_retryable()), "{first:?}");
+    let again = e.start(request).await.expect("the retried start");
+    let stats = fake.stats(&full);
+    assert_eq!(stats["dispatches"], 1, "{stats}");
+    let done = wait_for(&e, &again.execution, |r| r.state.is_terminal()).await;
+    assert_eq!(done.state, TaskState::Completed, "{done:?}");
+}
