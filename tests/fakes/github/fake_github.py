@@ -3,7 +3,9 @@
 
 Follows GitHub's published OpenAPI description (npm @octokit/openapi, generated/api.github.com.json)
 and GitHub's REST and Actions documentation for the operations flowgate uses, with their status
-codes, field names, errors and headers:
+codes, field names, errors and headers; openapi_check.py (beside this file) drives a running fake
+through them and checks every answer against the description's schema (required fields, types,
+enums, nullability: users, teams and repositories come whole):
 
     POST /repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches   (return_run_details)
     GET  /repos/{owner}/{repo}/actions/workflows/{workflow_id}/runs         (event, status, branch, actor, created, paging)
@@ -240,6 +242,57 @@ def stable_id(text):
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
 
+def user_view(user):
+    """A `simple-user`: a user, an organization or an App's bot."""
+    login = user["login"]
+    base = f"{CFG.base_url}/users/{urllib.parse.quote(login)}"
+    return {"login": login, "id": user["id"], "node_id": user.get("node_id", f"U_{user['id']}"),
+            "avatar_url": f"{CFG.base_url}/avatars/u/{user['id']}", "gravatar_id": "",
+            "url": base, "html_url": f"{CFG.base_url}/{urllib.parse.quote(login)}",
+            "followers_url": f"{base}/followers", "following_url": f"{base}/following{{/other_user}}",
+            "gists_url": f"{base}/gists{{/gist_id}}", "starred_url": f"{base}/starred{{/owner}}{{/repo}}",
+            "subscriptions_url": f"{base}/subscriptions", "organizations_url": f"{base}/orgs",
+            "repos_url": f"{base}/repos", "events_url": f"{base}/events{{/privacy}}",
+            "received_events_url": f"{base}/received_events", "type": user.get("type", "User"),
+            "user_view_type": "public", "site_admin": False}
+
+
+def team_view(slug):
+    """A `team` of the fixture organization."""
+    tid = stable_id("team:" + slug)
+    base = f"{CFG.base_url}/organizations/1/team/{tid}"
+    return {"id": tid, "node_id": f"T_{tid}", "url": base, "members_url": f"{base}/members{{/member}}",
+            "name": slug, "slug": slug, "description": None, "privacy": "closed",
+            "notification_setting": "notifications_enabled", "permission": "pull",
+            "html_url": f"{CFG.base_url}/orgs/acme/teams/{slug}", "repositories_url": f"{base}/repos",
+            "parent": None, "type": "organization"}
+
+
+def minimal_repository_view(owner, repo):
+    """A `minimal-repository` (the repository of a run)."""
+    full = f"{owner}/{repo}"
+    api = f"{CFG.base_url}/repos/{full}"
+    urls = {f"{k}_url": f"{api}/{v}" for k, v in {
+        "archive": "{archive_format}{/ref}", "assignees": "assignees{/user}", "blobs": "git/blobs{/sha}",
+        "branches": "branches{/branch}", "collaborators": "collaborators{/collaborator}",
+        "comments": "comments{/number}", "commits": "commits{/sha}", "compare": "compare/{base}...{head}",
+        "contents": "contents/{+path}", "contributors": "contributors", "deployments": "deployments",
+        "downloads": "downloads", "events": "events", "forks": "forks", "git_commits": "git/commits{/sha}",
+        "git_refs": "git/refs{/sha}", "git_tags": "git/tags{/sha}", "hooks": "hooks",
+        "issue_comment": "issues/comments{/number}", "issue_events": "issues/events{/number}",
+        "issues": "issues{/number}", "keys": "keys{/key_id}", "labels": "labels{/name}",
+        "languages": "languages", "merges": "merges", "milestones": "milestones{/number}",
+        "notifications": "notifications{?since,all,participating}", "pulls": "pulls{/number}",
+        "releases": "releases{/id}", "stargazers": "stargazers", "statuses": "statuses/{sha}",
+        "subscribers": "subscribers", "subscription": "subscription", "tags": "tags",
+        "teams": "teams", "trees": "git/trees{/sha}"}.items()}
+    rid = stable_id(f"repo:{full}")
+    return {"id": rid, "node_id": f"R_{rid}", "name": repo, "full_name": full,
+            "owner": user_view({"login": owner, "id": stable_id("org:" + owner), "type": "Organization"}),
+            "private": True, "html_url": f"{CFG.base_url}/{full}", "description": None, "fork": False,
+            "url": api, **urls}
+
+
 class ApiError(Exception):
     def __init__(self, status, message, headers=None):
         super().__init__(message)
@@ -293,11 +346,10 @@ class Environment:
         for kind, name in self.reviewers:
             if kind == "User":
                 known = {u["login"]: u for u in (USER, READER)}
-                out.append({"type": "User", "reviewer": dict(known.get(name) or {
-                    "login": name, "id": stable_id("user:" + name), "node_id": f"U_{name}", "type": "User"})})
+                user = known.get(name) or {"login": name, "id": stable_id("user:" + name), "type": "User"}
+                out.append({"type": "User", "reviewer": user_view(user)})
             else:
-                out.append({"type": "Team", "reviewer": {"slug": name, "name": name,
-                                                         "id": stable_id("team:" + name)}})
+                out.append({"type": "Team", "reviewer": team_view(name)})
         return out
 
     def reviewer_can_approve(self, caller):
@@ -509,8 +561,13 @@ class Run:
             "rerun_url": f"{self.url}/rerun", "workflow_url": f"{self.base}/actions/workflows/{wid}",
             "created_at": self.created_at, "updated_at": self.updated_at,
             "run_started_at": self.run_started_at, "pull_requests": [],
-            "actor": dict(self.actor), "triggering_actor": dict(self.actor),
-            "repository": {"name": self.repo, "full_name": self.repo_name()},
+            "actor": user_view(self.actor), "triggering_actor": user_view(self.actor),
+            "head_commit": {"id": self.head_sha, "tree_id": hashlib.sha1(self.head_sha.encode()).hexdigest(),
+                            "message": f"the head of {self.branch}", "timestamp": self.created_at,
+                            "author": {"name": "Flowgate Tests", "email": "tests@flowgate.invalid"},
+                            "committer": {"name": "Flowgate Tests", "email": "tests@flowgate.invalid"}},
+            "repository": minimal_repository_view(self.owner, self.repo),
+            "head_repository": minimal_repository_view(self.owner, self.repo),
         }
 
 
@@ -1300,11 +1357,20 @@ def route(method, path, query, body, caller):
 
 
 def repository_view(owner, repo, caller):
+    """A `full-repository`, with what the caller may do in it."""
     push = caller.may("contents", "write")
-    return {"id": stable_id(f"repo:{owner}/{repo}"), "node_id": f"R_{owner}_{repo}", "name": repo,
-            "full_name": f"{owner}/{repo}", "private": True, "owner": {"login": owner, "type": "Organization"},
-            "html_url": f"{CFG.base_url}/{owner}/{repo}", "url": f"{CFG.base_url}/repos/{owner}/{repo}",
-            "default_branch": CFG.branches[0],
+    host = urllib.parse.urlsplit(CFG.base_url).netloc
+    return {**minimal_repository_view(owner, repo),
+            "clone_url": f"{CFG.base_url}/{owner}/{repo}.git", "git_url": f"git://{host}/{owner}/{repo}.git",
+            "ssh_url": f"git@{host}:{owner}/{repo}.git", "svn_url": f"{CFG.base_url}/{owner}/{repo}",
+            "mirror_url": None, "homepage": None, "language": None, "license": None,
+            "default_branch": CFG.branches[0], "visibility": "private",
+            "forks": 0, "forks_count": 0, "open_issues": 0, "open_issues_count": 0, "size": 0,
+            "stargazers_count": 0, "watchers": 0, "watchers_count": 0, "network_count": 0,
+            "subscribers_count": 0, "has_issues": True, "has_projects": False, "has_wiki": False,
+            "has_pages": False, "has_discussions": False, "archived": False, "disabled": False,
+            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+            "pushed_at": "2024-01-01T00:00:00Z",
             "permissions": {"admin": False, "maintain": False, "push": push, "triage": push, "pull": True}}
 
 
@@ -1441,11 +1507,11 @@ def review(run, body, caller):
             gate.reviewers_ok = True
         else:
             gate.close("rejected")
-    run.approvals.append({"environments": envs, "state": state, "comment": comment, "user": dict(caller.user)})
+    run.approvals.append({"environments": envs, "state": state, "comment": comment, "user": user_view(caller.user)})
     run.touch()
     out = [{"id": next_id("deployment"), "node_id": "DE_1", "sha": run.head_sha, "ref": run.branch,
             "task": "deploy", "payload": {}, "environment": e["name"], "description": None,
-            "creator": dict(run.actor), "created_at": now(), "updated_at": now(),
+            "creator": user_view(run.actor), "created_at": now(), "updated_at": now(),
             "statuses_url": f"{run.base}/deployments/0/statuses",
             "repository_url": run.base} for e in envs]
     return 200, out, {}
@@ -1471,7 +1537,7 @@ def review_custom_gate(run, body, caller):
     env = gate.job.environment
     run.approvals.append({"environments": [{**env.view(run.owner, run.repo), "created_at": now(),
                                             "updated_at": now()}],
-                          "state": state, "comment": comment or "", "user": app_bot()})
+                          "state": state, "comment": comment or "", "user": user_view(app_bot())})
     if state == "approved":
         gate.apps_ok[app] = True
     else:
