@@ -27,10 +27,11 @@ enums, nullability: users, teams and repositories come whole):
 
 What it models, as GitHub documents it:
 - Credentials: a token (`--token`, the user "flowgate-tests", who may write), a read-only token
-  (`--readonly-token`, by default the token with "-readonly" appended; "flowgate-reader": writes are 403 "Resource not accessible by personal access
-  token"), and GitHub App installation tokens (`--app-id`, `--app-public-key`): the JWT's RS256
-  signature is checked with the openssl CLI, `iss`, `exp` and the ten-minute limit too; tokens last an
-  hour with `--app-permissions`. Unknown tokens: 401 "Bad credentials". A repository named with
+  (`--readonly-token`, by default the token with "-readonly" appended: the user "flowgate-reader",
+  whose writes are 403 "Resource not accessible by personal access token"), and GitHub App
+  installation tokens (`--app-id`, `--app-public-key`): the JWT's RS256 signature is checked with
+  the openssl CLI, `iss`, `exp` and the ten-minute limit too; tokens last an hour with
+  `--app-permissions`. Unknown tokens: 401 "Bad credentials". A repository named with
   `--hidden-repo` is one the token cannot see: 404 for everything under it, as GitHub answers.
 - Dispatch: the workflow must exist (404) and have a `workflow_dispatch` trigger (422 "Workflow does
   not have 'workflow_dispatch' trigger"); `ref` must be a branch or tag of the repository
@@ -96,7 +97,8 @@ Shortcuts this fake still takes:
 - Job logs are act's output with a timestamp per line and `##[group]Run <step>` headers, close to
   GitHub's format but not byte for byte; a run exists (GET .../runs/{id}) as soon as it is
   dispatched, also after a 204.
-- run_attempt is always 1; no re-runs; state is in memory and never purged.
+- A run takes one runner for all its jobs (act runs them together); run_attempt is always 1; no
+  re-runs; state is in memory and never purged.
 - The rate limit is one "core" bucket per token (--rate-limit, default 5000 an hour); secondary
   limits are staged by the tests (POST /_fake/throttle), answered 429 with retry-after.
 - Test hooks under /_fake/ (not GitHub's), each for one repository when the body names it
@@ -104,7 +106,8 @@ Shortcuts this fake still takes:
   lose-next-dispatch-answer (dispatch, then drop the connection without an answer), list-lag
   (this repository's run list lags by {"ms": N}), throttle,
   faults (after the next N reads of runs, jobs, artifacts, reviews or logs, one answers 429 or 5xx
-  or drops the connection, each kind in turn), rate-limit, stats (GET, `?repo=`), and runs/{id}/processes (pids of the run alive).
+  or drops the connection, each kind in turn), rate-limit, stats (GET, `?repo=`), and
+  runs/{id}/processes (pids of the run alive).
 """
 
 import argparse
