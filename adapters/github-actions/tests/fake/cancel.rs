@@ -65,7 +65,7 @@ async fn cancel_stops_the_long_step_and_force_cancel_ends_a_stubborn_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_lets_the_cleanup_steps_run_then_the_run_is_cancelled() {
     let fake = Fake::shared();
-    let e = engine(&fake, "cleanup.yml", json!({"cancel_grace_ms": 1000}));
+    let e = engine(&fake, "cleanup.yml", json!({"cancel_grace_ms": 5000}));
     let x = start(&e, json!({})).await;
     wait_for(&e, &x, |r| {
         r.status_message

@@ -189,7 +189,7 @@ async fn a_wait_timer_is_working_until_it_runs_out_not_a_question() {
         r.state.is_terminal()
             || r.status_message
                 .as_deref()
-                .is_some_and(|m| m.contains("timed: wait timer of 1 min"))
+                .is_some_and(|m| m.contains("timed: wait timer of 2 min"))
     })
     .await;
     assert_eq!(held.state, TaskState::Working, "{held:?}");
