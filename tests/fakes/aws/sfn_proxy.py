@@ -41,7 +41,8 @@ Control (JSON):
                                 pages hold at most page_cap entries, fewer than asked, as a
                                 paged API may answer; `buckets` apply in every region)
   POST /_proxy/scopes/<name>/drop/<Operation>   one more dropped answer, the rest kept
-  GET  /_proxy/scopes/<name>   {"calls": {op: n}, "throttled": {op: n}, "stalled": ..., "dropped": ...}
+  GET  /_proxy/scopes/<name>   {"calls": {op: n}, "seconds": {op: time spent answering},
+                                "throttled": {op: n}, "stalled": ..., "dropped": ...}
 
 Shortcuts that remain (each is kinder than AWS or simply absent):
 - Bucket sizes and refill rates are the published defaults, read from the Step Functions quotas
@@ -139,6 +140,7 @@ class Scope:
         self.overrides = dict(buckets or {})
         self.buckets = {}
         self.calls = {}
+        self.seconds = {}
         self.throttled = {}
         self.stall = {}
         self.drop = {}
@@ -163,6 +165,7 @@ class Scope:
         return {
             "scale": self.scale,
             "calls": self.calls,
+            "seconds": {op: round(t, 3) for op, t in self.seconds.items()},
             "throttled": self.throttled,
             "stalled": self.stalled,
             "dropped": self.dropped,
@@ -387,12 +390,15 @@ class Handler(BaseHTTPRequestHandler):
         conn.close()
         return resp.status, resp.getheader("Content-Type") or "application/json", data
 
-    def _list_all(self, method, path, request):
-        """moto's whole listing of a state machine's executions, every status, read through
-        moto's own pages. Returns (status, content type, executions or moto's error body)."""
+    def _list_all(self, method, path, request, status=None):
+        """moto's whole listing of a state machine's executions (of one status, if given),
+        read through moto's own pages. Returns (status, content type, executions or moto's
+        error body)."""
         executions, token = [], None
         while True:
             ask = {"stateMachineArn": request.get("stateMachineArn", ""), "maxResults": 1000}
+            if status:
+                ask["statusFilter"] = status
             if token:
                 ask["nextToken"] = token
             status, ctype, data = self._upstream(method, path, json.dumps(ask).encode())
@@ -440,6 +446,14 @@ class Handler(BaseHTTPRequestHandler):
             return self._answer(status, data, ctype)
         op = target.split(".", 1)[1]
         scope = self.state.scope(scope_name)
+        began = time.monotonic()
+        try:
+            self._handle(method, path, body, op, scope)
+        finally:
+            with self.state.lock:
+                scope.seconds[op] = scope.seconds.get(op, 0.0) + time.monotonic() - began
+
+    def _handle(self, method, path, body, op, scope):
         verdict = self.state.admit(scope, op, region_of(self.headers.get("Authorization")))
         if verdict == "stall":
             # Accept, never answer: hold the connection until the client gives up.
@@ -470,7 +484,10 @@ class Handler(BaseHTTPRequestHandler):
                 status, answer = page_history(request, json.loads(data), scope.page_cap)
                 data = json.dumps(answer).encode()
         elif op == "ListExecutions" and not (request.get("mapRunArn") or request.get("redriveFilter")):
-            status, ctype, data = self._list_all(method, path, request)
+            # Without a lag, moto can filter (a lag needs every status: ended ones may still show).
+            wanted = request.get("statusFilter")
+            wanted = wanted if wanted in EXECUTION_STATUSES and not scope.list_lag else None
+            status, ctype, data = self._list_all(method, path, request, wanted)
             if status == 200:
                 status, answer = page_executions(request, data, scope.list_lag, scope.page_cap)
                 data = json.dumps(answer).encode()
