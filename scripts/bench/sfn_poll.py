@@ -17,6 +17,9 @@ Each side has an account (proxy scope) and a state machine of its own, and runs 
 * the peer: what people hand-roll today, a status tool that calls DescribeExecution and
   GetExecutionHistory (newest 100 events) for every running execution once a second.
 
+With --instances N, the flowgate side runs N processes on the one account, each told to take
+1/N of its quota (--share S tells them S instead); calls and polls go to them in turn.
+
 Reported for each side: the delay from each execution's end (its closing event's time, as the
 engine recorded it) to the first poll that showed it, as p50/p95/max over the executions that
 ended between 10 s into the run and TAIL s before its end (so that every side had TAIL s to
@@ -25,7 +28,7 @@ the second half of the run against the refill rates; throttled answers; client-v
 errors; the pollIntervalMs flowgate settled on.
 
     .venv-moto/bin/python scripts/bench/sfn_poll.py [EXECUTIONS] [SECONDS] [FLOWGATE_BINARY]
-        [--before OTHER_FLOWGATE_BINARY]
+        [--before OTHER_FLOWGATE_BINARY] [--no-peer] [--instances N [--share S]]
 
 Defaults: 500 executions, 75 s, $CARGO_TARGET_DIR/debug/flowgate (else target/debug/flowgate).
 Needs moto in .venv-moto (scripts/test installs it). Loopback only; everything it starts is
@@ -119,17 +122,19 @@ def mcp(url, method, params, name=None):
     params = dict(params, _meta=META)
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
     target = urllib.parse.urlsplit(url)
-    conn = getattr(CONNECTIONS, "conn", None)
+    if not hasattr(CONNECTIONS, "by_url"):
+        CONNECTIONS.by_url = {}
+    conn = CONNECTIONS.by_url.get(url)
     if conn is None:
         conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
-        CONNECTIONS.conn = conn
+        CONNECTIONS.by_url[url] = conn
     try:
         conn.request("POST", target.path, body=body, headers=headers)
         response = conn.getresponse()
         data = response.read()
     except (OSError, http.client.HTTPException):
         conn.close()
-        CONNECTIONS.conn = None
+        CONNECTIONS.by_url.pop(url, None)
         raise
     if response.status != 200:
         raise OSError(f"HTTP {response.status}: {data[:200]!r}")
@@ -267,25 +272,37 @@ def rates(before, after, seconds):
     return out
 
 
-def run_flowgate(binary, proxy, arn, work, scope, seconds, executions):
+def run_flowgate(binary, proxy, arn, work, scope, seconds, executions, instances=1, share=None):
+    """One side through `instances` flowgate processes on one account (the proxy scope), each
+    taking `share` of its quota (1/instances unless given); calls and polls go to them in
+    turn, as a load balancer would send them."""
     endpoint = proxy_scope(proxy, scope)
     manifest = os.path.join(work, f"{scope}.yaml")
     with open(manifest, "w") as f:
         f.write("tools:\n  - name: job\n    task: required\n    poll_interval_ms: 1000\n"
                 f"    target: {{engine: stepfunctions, state_machine_arn: \"{arn}\", endpoint_url: \"{endpoint}\"}}\n")
-    port = free_port()
     env = dict(os.environ, FLOWGATE_STATE_DIR=work, FLOWGATE_LOG="error",
-               FLOWGATE_HANDLE_KEYS="b1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8")
-    server = subprocess.Popen([binary, "serve", "--listen", f"127.0.0.1:{port}", "--manifest", manifest],
-                              env=env, stdout=subprocess.DEVNULL)
+               FLOWGATE_HANDLE_KEYS="b1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+               FLOWGATE_STEPFUNCTIONS_QUOTA_SHARE=str(share if share is not None else 1.0 / instances))
+    ports = [free_port() for _ in range(instances)]
+    servers = [subprocess.Popen([binary, "serve", "--listen", f"127.0.0.1:{port}", "--manifest", manifest],
+                                env=env, stdout=subprocess.DEVNULL) for port in ports]
+    urls = [f"http://127.0.0.1:{port}/mcp" for port in ports]
+    turn = iter(range(1 << 62))
+    turn_lock = threading.Lock()
+
+    def next_url():
+        with turn_lock:
+            return urls[next(turn) % len(urls)]
+
     try:
-        wait_port(port)
-        url = f"http://127.0.0.1:{port}/mcp"
+        for port in ports:
+            wait_port(port)
 
         def start_one(side, sched):
             seconds_ = side.duration()
             try:
-                result = mcp(url, "tools/call", {"name": "job", "arguments": {"seconds": seconds_}}, "job")["result"]
+                result = mcp(next_url(), "tools/call", {"name": "job", "arguments": {"seconds": seconds_}}, "job")["result"]
                 task = result["taskId"]
             except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
                 side.error(f"start: {e!r}")
@@ -302,7 +319,7 @@ def run_flowgate(binary, proxy, arn, work, scope, seconds, executions):
                 interval = 1000
                 try:
                     asked = time.monotonic()
-                    answer = mcp(url, "tasks/get", {"taskId": task}, task)
+                    answer = mcp(next_url(), "tasks/get", {"taskId": task}, task)
                     with side.lock:
                         side.polls += 1
                         side.latencies.append(time.monotonic() - asked)
@@ -330,11 +347,13 @@ def run_flowgate(binary, proxy, arn, work, scope, seconds, executions):
         side, before, after, window = run_side(proxy, scope, seconds, executions, start_one)
         return summary(side, before, after, window)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        for server in servers:
+            server.send_signal(signal.SIGTERM)
+        for server in servers:
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
 
 
 def run_peer(proxy, arn, seconds, executions):
@@ -432,6 +451,10 @@ def main():
         os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug", "flowgate"))
     parser.add_argument("--before", help="another flowgate binary to measure the same way first")
     parser.add_argument("--no-peer", action="store_true", help="leave the hand-rolled poller out")
+    parser.add_argument("--instances", type=int, default=1,
+                        help="flowgate processes sharing the account (each gets 1/N of the quota)")
+    parser.add_argument("--share", type=float,
+                        help="the quota share each instance is told (default 1/instances)")
     args = parser.parse_args()
     if args.seconds <= WARMUP + TAIL:
         sys.exit(f"SECONDS must exceed {WARMUP + TAIL:.0f}: ends are counted from {WARMUP:.0f} s in to {TAIL:.0f} s before the end")
@@ -469,8 +492,10 @@ def main():
             results.append(("flowgate before", run_flowgate(args.before, proxy, machine("bench-before"), work,
                                                             "before", args.seconds, args.executions)))
         print(f"flowgate ({args.binary}): {what} ...", flush=True)
-        results.append(("flowgate", run_flowgate(args.binary, proxy, machine("bench-flowgate"), work,
-                                                 "flowgate", args.seconds, args.executions)))
+        name = "flowgate" if args.instances == 1 else \
+            f"flowgate, {args.instances} instances, each with a share of {args.share or 1.0 / args.instances:g}"
+        results.append((name, run_flowgate(args.binary, proxy, machine("bench-flowgate"), work, "flowgate",
+                                           args.seconds, args.executions, args.instances, args.share)))
         if not args.no_peer:
             print(f"peer: {what} ...", flush=True)
             results.append(("peer: DescribeExecution + GetExecutionHistory every second",
@@ -485,7 +510,7 @@ def main():
                 proc.kill()
     for name, r in results:
         report(name, r)
-    flowgate = dict(results)["flowgate"]
+    flowgate = dict(results)[name]
     sys.exit(1 if flowgate["errors"] or flowgate["whole_run_throttled"] else 0)
 
 

@@ -685,17 +685,21 @@ impl Engine for StepFunctionsEngine {
         if tracked.must_read || suspected {
             self.quota.reads.spend(arn);
         } else if !self.quota.reads.admit(arn) {
-            return match self.unread(execution, &tracked) {
+            match self.unread(execution, &tracked) {
                 Some(mut record) => {
                     record.min_poll_interval = Some(interval);
-                    Ok(record)
+                    return Ok(record);
                 }
-                // Nothing known of it yet, and no call to spare: come back later.
-                None => Err(EngineError::Throttled {
-                    engine: KIND,
-                    retry_after: Some(interval),
-                }),
-            };
+                // Nothing known of it yet: a first read may borrow from the budget, up to a
+                // point; beyond it, come back later.
+                None if self.quota.reads.admit_first(arn) => {}
+                None => {
+                    return Err(EngineError::Throttled {
+                        engine: KIND,
+                        retry_after: Some(interval),
+                    });
+                }
+            }
         }
         match self.read(execution, &mut tracked).await {
             Ok(mut record) => {

@@ -196,6 +196,23 @@ impl Pacer {
         true
     }
 
+    /// Whether a first read of `execution` may go now when [`Pacer::admit`] said no: the
+    /// caller has nothing at all to show for it yet, so it may take the budget up to one
+    /// bucket into debt (the reads after it wait; AWS's own bucket is far deeper), never
+    /// further. An admitted read is counted as made.
+    pub fn admit_first(&self, execution: &str) -> bool {
+        let now = Instant::now();
+        let mut s = self.state();
+        calm_down(&mut s, now);
+        let tokens = refill(&mut s, self.refill_per_second, now);
+        let size = (read_rate(&s, self.refill_per_second) * BUCKET_SECONDS).max(1.0);
+        if tokens - 1.0 < -size {
+            return false;
+        }
+        take(&mut s, self.refill_per_second, execution, now);
+        true
+    }
+
     /// Counts a read of `execution` that cannot wait for its turn: it comes out of the same
     /// budget (into debt, so the reads after it wait instead of exceeding the budget).
     pub fn spend(&self, execution: &str) {
@@ -427,5 +444,18 @@ mod tests {
         assert!(!p.admit("a"));
         later(&p, Duration::from_millis(100));
         assert!(p.admit("a"));
+    }
+
+    #[test]
+    fn a_first_read_may_borrow_one_bucket_and_no_more() {
+        // 8 reads a second, a bucket of 16.
+        let p = Pacer::new(10.0);
+        let first: Vec<bool> = (0..40).map(|i| p.admit_first(&format!("x{i}"))).collect();
+        assert_eq!(
+            first.iter().filter(|ok| **ok).count(),
+            32,
+            "16 tokens and 16 of debt"
+        );
+        assert!(!p.admit("y"), "the others wait for the debt to be paid");
     }
 }
