@@ -131,10 +131,11 @@ mod tests {
     }
 
     fn target(arn: &str, history: bool) -> SfnTarget {
-        SfnTarget::from_manifest(
+        SfnTarget::from_config(
             serde_json::json!({"state_machine_arn": arn, "history": history, "endpoint_url": "http://quota-test"})
                 .as_object()
                 .expect("object"),
+            &serde_json::Map::new(),
         )
         .expect("target")
     }
