@@ -508,8 +508,8 @@ def main():
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    for name, r in results:
-        report(name, r)
+    for side_name, r in results:
+        report(side_name, r)
     flowgate = dict(results)[name]
     sys.exit(1 if flowgate["errors"] or flowgate["whole_run_throttled"] else 0)
 

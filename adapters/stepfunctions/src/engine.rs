@@ -47,7 +47,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// StartSyncExecution runs an express workflow to its end: at most five minutes.
 const SYNC_CALL_TIMEOUT: Duration = Duration::from_secs(5 * 60 + 10);
 
-/// Listings never run more often than this, whatever the ListExecutions budget allows.
+/// Listings never run more often than this, whatever the ListExecutions budget allows: a
+/// state machine of up to 1,000 running executions then costs one call a second, a fifth of
+/// what the large regions refill and half of the 2/s elsewhere, leaving the rest of that
+/// budget to the account's other programs (consoles, dashboards).
 const SWEEP_MIN: Duration = Duration::from_secs(1);
 /// The shortest interval advertised while listings tell ends apart: a client polling this
 /// often sees an end within about a sweep and a poll of it.

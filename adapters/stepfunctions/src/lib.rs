@@ -38,7 +38,7 @@
 //! is read once per *cycle* (500 executions: 31 s), least recently read first, and a poll
 //! between its reads shows the task as last read. When the cycle is longer than a listing
 //! and a poll, ListExecutions (statusFilter RUNNING, 1,000 executions a page) tells which
-//! executions ended: a listing runs every second or so, an execution it no longer shows is
+//! executions ended: a listing runs about once a second, an execution it no longer shows is
 //! read at its next poll, out of the same budget, and the advertised `pollIntervalMs` is that
 //! shorter interval (2 s), the one in which a poll can learn of an end. Throttled answers
 //! double the intervals (calming down after 20 s without one); a throttled poll answers with

@@ -15,7 +15,9 @@
 //!   among the executions polled lately the least recently read go first: each is read once
 //!   per cycle, in turn, whoever polls most. Reads that cannot wait ([`Pacer::spend`]: an
 //!   execution known to have ended, one a client just answered) are taken out of the same
-//!   bucket, even into debt, so they delay the others instead of exceeding the budget;
+//!   bucket, even into debt, so they delay the others instead of exceeding the budget; a first
+//!   read of an execution the caller has nothing to show for ([`Pacer::admit_first`]) may
+//!   borrow up to one bucket;
 //! - the *feedback*: a throttled call doubles a multiplier on the cycle and divides the
 //!   bucket's rate by it (up to [`MAX_BACKOFF`]), at most once per [`BURST`] (a burst of
 //!   throttled calls is one signal, not many); it halves again for every [`CALM`] without
