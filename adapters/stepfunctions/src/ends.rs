@@ -28,8 +28,11 @@ use flowgate_core::pacing::{Pacer, WINDOW};
 use crate::error::classify;
 use crate::mapping;
 
-/// How long an execution must have been known before a listing's silence about it counts.
-pub(crate) const SETTLE: Duration = Duration::from_secs(1);
+/// How long an execution must have been known before a listing's silence about it counts:
+/// longer than a listing plausibly lags behind a start, so that a burst of starts does not
+/// turn into a burst of reads. An execution that ends sooner than this is seen by its first
+/// read (never-read executions are read first) or by the first listing after it.
+pub(crate) const SETTLE: Duration = Duration::from_secs(5);
 /// The longest wait before a falsely suspected execution can be suspected again.
 const MAX_SETTLE: Duration = Duration::from_secs(60);
 /// The most pages one sweep reads (1,000 running executions each).
