@@ -56,7 +56,9 @@ Shortcuts that remain (each is kinder than AWS or simply absent):
 - A nextToken does not expire (AWS: 24 hours). Whether AWS refuses a ListExecutions token used
   with another statusFilter is not documented ("keep all other arguments unchanged"): the
   proxy refuses it.
-- ListExecutions with `mapRunArn` or `redriveFilter` is moto's own (unpaged by the proxy).
+- ListExecutions with `mapRunArn` or `redriveFilter` is moto's own (unpaged by the proxy), and
+  a version or alias ARN in `stateMachineArn` goes to moto as it is (AWS lists the executions
+  started through that version or alias).
 - The listing's eventual consistency is a fixed lag, and none unless a scope sets `list_lag`;
   AWS publishes no bound.
 - StartExecution on a version or alias ARN starts the unqualified machine (moto answers those
