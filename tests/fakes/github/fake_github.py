@@ -713,6 +713,8 @@ def follow(run):
     with LOCK:
         finish(run)
         schedule()
+    if not CFG.verbose:  # logs and artifacts are kept in memory: the scratch repository can go
+        shutil.rmtree(run.dir, ignore_errors=True)
 
 
 def observe(run, ev):
@@ -937,6 +939,7 @@ def cancel(run, force):
         if run in QUEUE:
             QUEUE.remove(run)
         finish(run)
+        shutil.rmtree(run.dir, ignore_errors=True)
         return
     mark_cancelled(run)
     if force:
