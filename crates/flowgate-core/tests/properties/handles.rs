@@ -68,7 +68,7 @@ fn apply(token: &str, edit: &Edit) -> String {
     let mut chars: Vec<char> = token.chars().collect();
     let at = |i: usize, len: usize| if len == 0 { 0 } else { i % len };
     match edit {
-        Edit::Replace(i, c) => {
+        Edit::Replace(i, c) if !chars.is_empty() => {
             let i = at(*i, chars.len());
             chars[i] = *c;
         }
@@ -82,7 +82,7 @@ fn apply(token: &str, edit: &Edit) -> String {
             chars.splice(i..i, s.chars());
         }
         Edit::Truncate(i) => chars.truncate(at(*i, chars.len())),
-        Edit::SwapCase(i) => {
+        Edit::SwapCase(i) if !chars.is_empty() => {
             let i = at(*i, chars.len());
             let c = chars[i];
             chars[i] = if c.is_ascii_lowercase() {
@@ -96,6 +96,7 @@ fn apply(token: &str, edit: &Edit) -> String {
             let (p, _, data) = (parts.next(), parts.next(), parts.next());
             return format!("{}.{kid}.{}", p.unwrap_or(""), data.unwrap_or(""));
         }
+        Edit::Replace(..) | Edit::SwapCase(_) => {}
     }
     chars.into_iter().collect()
 }

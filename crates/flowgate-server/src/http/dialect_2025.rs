@@ -239,6 +239,16 @@ impl Dialect {
             .and_then(|result| {
                 if result["resultType"] == "task" {
                     Ok(json!({"task": task_2025(&result)}))
+                } else if result["isError"] == true {
+                    // Refused before anything started (invalid arguments): a task-augmented
+                    // call must answer with a task, so the refusal is an error saying why.
+                    let text: Vec<&str> = result["content"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| c["text"].as_str())
+                        .collect();
+                    Err(rpc_error(-32602, &text.join("\n")))
                 } else {
                     Err(rpc_error(
                         -32603,

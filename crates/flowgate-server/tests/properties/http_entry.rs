@@ -603,6 +603,7 @@ proptest! {
 /// Found by `mutated_requests_get_clear_answers`: a 2025-11-25 `tasks/*` request with a foreign
 /// `Origin`, or accepting only JSON, got -32603 "unreadable answer" (the layer forwarded the
 /// client's headers ahead of its own and could not read the transport's plain-text refusal).
+/// Likewise a task-augmented call with invalid arguments.
 #[test]
 fn the_2025_dialect_says_why_the_transport_refused() {
     let f = fixture();
@@ -614,6 +615,20 @@ fn the_2025_dialect_says_why_the_transport_refused() {
     assert_eq!(answer.json["error"]["code"], -32600, "{}", answer.json);
     let text = answer.json["error"]["message"].as_str().unwrap_or("");
     assert!(text.contains("403") && text.contains("Origin"), "{text}");
+
+    // Found by `mutated_requests_get_clear_answers`: a task-augmented call with invalid
+    // arguments got -32603 "tool quick did not start a task".
+    let invalid = legacy(
+        "tools/call",
+        json!({"name": "quick", "arguments": {"n": "not a number"}, "task": {}}),
+    );
+    let answer = f.send(false, &invalid);
+    assert_eq!(answer.json["error"]["code"], -32602, "{}", answer.json);
+    let text = answer.json["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        text.contains("invalid arguments") && text.contains("/n"),
+        "{text}"
+    );
 
     let mut json_only = legacy("tasks/get", json!({"taskId": f.task_id}));
     json_only.headers.retain(|(n, _)| n != "accept");

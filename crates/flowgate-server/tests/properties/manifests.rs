@@ -73,11 +73,12 @@ proptest! {
             Just("deploy-{service}-{version}".to_owned()),
             Just("{ service }".to_owned()),
         ],
-        declared in proptest::collection::vec("[a-z_]{1,8}", 0..3),
+        declared in proptest::collection::btree_set("[a-z_]{1,8}", 0..3),
         blank_lines in 0usize..3,
     ) {
         let properties: String = declared
             .iter()
+            .filter(|name| *name != "service")
             .map(|name| format!("{name}: {{ type: string }}, "))
             .collect();
         let text = format!(
