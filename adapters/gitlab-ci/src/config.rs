@@ -35,8 +35,13 @@ pub struct Question {
     /// The form's JSON Schema (an object with flat properties); by default a bare go-ahead.
     #[serde(default = "default_schema")]
     pub requested_schema: Value,
-    /// Which answer field becomes which job variable when the job is played; by default every
-    /// field, under its own name.
+    /// Which answer field becomes which job input (the job's `inputs:`, GitLab 18.10+) when
+    /// the job is played. Without `inputs` and `variables`, every field is a job input of its
+    /// own name.
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+    /// Which answer field becomes which job variable when the job is played (needs pipeline
+    /// variables allowed for the token's role: `ci_pipeline_variables_minimum_override_role`).
     #[serde(default)]
     pub variables: BTreeMap<String, String>,
     /// What declining does.
@@ -70,14 +75,24 @@ pub struct GitLabTarget {
     /// The branch or tag to run; `{{name}}` is replaced by the argument `name`.
     #[serde(rename = "ref")]
     pub git_ref: String,
-    /// Pipeline variables: name -> value template. Without `variables` and `inputs`, every
-    /// scalar argument becomes a variable of its own name.
-    #[serde(default)]
-    pub variables: Option<BTreeMap<String, String>>,
-    /// Pipeline `inputs` (GitLab 17+ `spec:inputs`): name -> value template; a template that is
-    /// exactly `{{name}}` keeps the argument's JSON type (number, boolean, array).
+    /// Pipeline `inputs` (`spec:inputs`, GitLab 17.10+): name -> value template; a template
+    /// that is exactly `{{name}}` keeps the argument's JSON type (number, boolean, array).
+    /// Without `inputs` and `variables`, every argument is an input of its own name.
     #[serde(default)]
     pub inputs: Option<BTreeMap<String, String>>,
+    /// Pipeline variables: name -> value template, sent only when the manifest lists them
+    /// (GitLab refuses them unless the token's role reaches the project's
+    /// `ci_pipeline_variables_minimum_override_role`).
+    #[serde(default)]
+    pub variables: Option<BTreeMap<String, String>>,
+    /// The pipeline input that carries the call's name; the pipeline makes it its name with
+    /// `workflow: name: $[[ inputs.flowgate_call ]]`, so a retried start finds it by name.
+    #[serde(default = "default_key_input")]
+    pub key_input: String,
+    /// Carry the call's name as this pipeline variable instead of an input (a pipeline without
+    /// `spec:inputs`, whose `workflow: name:` is `$FLOWGATE_CALL`; needs pipeline variables).
+    #[serde(default)]
+    pub key_variable: Option<String>,
     /// The environment variable holding the API token.
     #[serde(default = "default_token_env")]
     pub token_env: String,
@@ -117,6 +132,9 @@ fn default_window() -> u64 {
 fn default_tail() -> usize {
     30
 }
+fn default_key_input() -> String {
+    "flowgate_call".to_owned()
+}
 
 impl GitLabTarget {
     /// Reads a manifest `target` block (without its `engine` key).
@@ -146,9 +164,40 @@ impl GitLabTarget {
                 "gitlab-ci target: ref must not be empty",
             ));
         }
+        if !valid_input(&t.key_input) {
+            return Err(TargetError::at(
+                "key_input",
+                "gitlab-ci target: key_input must be an input name (letters, digits, _ and -)",
+            ));
+        }
+        if t.inputs
+            .as_ref()
+            .is_some_and(|i| i.contains_key(&t.key_input))
+            && t.key_variable.is_none()
+        {
+            return Err(TargetError::at(
+                format!("inputs.{}", t.key_input),
+                format!(
+                    "gitlab-ci target: input {} carries the call's name (key_input); map the argument under another input",
+                    t.key_input
+                ),
+            ));
+        }
+        for (job, q) in &t.questions {
+            for name in q.inputs.values() {
+                if !valid_input(name) {
+                    return Err(TargetError::at(
+                        format!("questions.{job}.inputs"),
+                        format!(
+                            "gitlab-ci target: job input name {name:?} may only hold letters, digits, _ and -"
+                        ),
+                    ));
+                }
+            }
+        }
         let names = t.variables.iter().flat_map(|v| v.keys());
         let answer_vars = t.questions.values().flat_map(|q| q.variables.values());
-        for name in names.chain(answer_vars) {
+        for name in names.chain(answer_vars).chain(t.key_variable.as_ref()) {
             if !valid_variable(name) {
                 return Err(TargetError::at(
                     "variables",
@@ -169,6 +218,11 @@ impl GitLabTarget {
         Ok(t)
     }
 
+    /// `https://host/api/v4/user`: the token's own user.
+    pub(crate) fn user_url(&self) -> String {
+        format!("{}/api/v4/user", self.base_url.trim_end_matches('/'))
+    }
+
     /// `https://host/api/v4/projects/<encoded id or path>`.
     pub(crate) fn project_url(&self) -> String {
         format!(
@@ -182,6 +236,15 @@ impl GitLabTarget {
 /// GitLab's rule for variable keys.
 pub(crate) fn valid_variable(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// GitLab's rule for input names (`$[[ inputs.name ]]`).
+pub(crate) fn valid_input(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]

@@ -5,19 +5,19 @@ use std::collections::BTreeMap;
 use flowgate_core::TaskState;
 use serde_json::{Map, Value};
 
-use crate::config::valid_variable;
-
 /// Maps a pipeline status onto the task model. `manual` is working here; the engine raises it
-/// to input_required when a job the manifest names waits. Unknown statuses are never guessed.
+/// to input_required when a job the manifest names waits. `canceling` is still working: the
+/// runner runs the cancelled jobs' `after_script` (up to five minutes) before `canceled`.
+/// Unknown statuses are never guessed.
 pub(crate) fn state(status: &str) -> TaskState {
     match status {
         "created" | "waiting_for_resource" | "preparing" | "pending" | "scheduled" => {
             TaskState::Submitted
         }
-        "running" | "manual" => TaskState::Working,
+        "running" | "manual" | "canceling" => TaskState::Working,
         "success" | "skipped" => TaskState::Completed,
         "failed" => TaskState::Failed,
-        "canceled" | "canceling" => TaskState::Cancelled,
+        "canceled" => TaskState::Cancelled,
         other => {
             tracing::warn!(
                 status = other,
@@ -29,11 +29,18 @@ pub(crate) fn state(status: &str) -> TaskState {
 }
 
 /// The text of an argument for a variable: strings as they are, anything else as JSON.
-fn text(v: &Value) -> String {
+pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// A variable's value as sent, so that the job sees `value` itself: GitLab has no raw flag for
+/// pipeline or job variables given through the API, and the runner expands `$NAME`, `${NAME}`
+/// and `$$` in them (Go's `os.Expand`); a doubled `$` comes out as one.
+pub(crate) fn unexpanded(value: &str) -> String {
+    value.replace('$', "$$")
 }
 
 /// Replaces each `{{name}}` (spaces allowed) with the argument `name`.
@@ -77,70 +84,23 @@ pub(crate) fn render_value(template: &str, args: &Map<String, Value>) -> Result<
     render(template, args).map(Value::String)
 }
 
-/// The variables of a call: the manifest's templates, or every scalar argument by its name.
+/// The pipeline variables of a call: the manifest's templates only (none without them), each
+/// value [`unexpanded`].
 pub(crate) fn variables(
     templates: Option<&BTreeMap<String, String>>,
-    use_defaults: bool,
     args: &Map<String, Value>,
 ) -> Result<Vec<(String, String)>, String> {
-    match templates {
-        Some(t) => t
-            .iter()
-            .map(|(k, v)| {
-                render(v, args)
-                    .map(|v| (k.clone(), v))
-                    .map_err(|n| format!("variable {k} needs the argument {n}"))
-            })
-            .collect(),
-        None if use_defaults => args
-            .iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| {
-                if valid_variable(k) {
-                    Ok((k.clone(), text(v)))
-                } else {
-                    Err(format!(
-                        "argument {k:?} cannot be a GitLab variable name (letters, digits, _); map it under target.variables"
-                    ))
-                }
-            })
-            .collect(),
-        None => Ok(Vec::new()),
-    }
-}
-
-/// The last `lines` lines of a job trace, without ANSI colours and section markers.
-pub(crate) fn trace_tail(trace: &str, lines: usize) -> String {
-    let clean: Vec<String> = trace
-        .lines()
-        .map(|l| {
-            let l = l.rsplit('\r').next().unwrap_or(l);
-            strip_ansi(l)
+    let Some(templates) = templates else {
+        return Ok(Vec::new());
+    };
+    templates
+        .iter()
+        .map(|(k, v)| {
+            render(v, args)
+                .map(|v| (k.clone(), unexpanded(&v)))
+                .map_err(|n| format!("variable {k} needs the argument {n}"))
         })
-        .filter(|l| !l.starts_with("section_start:") && !l.starts_with("section_end:"))
-        .collect();
-    let from = clean.len().saturating_sub(lines);
-    clean[from..].join("\n")
-}
-
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            if chars.peek() == Some(&'[') {
-                chars.next();
-                for c in chars.by_ref() {
-                    if c.is_ascii_alphabetic() {
-                        break;
-                    }
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+        .collect()
 }
 
 /// `KEY=value` lines (GitLab's dotenv report format: no `export`, quotes kept as written
@@ -184,7 +144,7 @@ mod tests {
             ("skipped", TaskState::Completed),
             ("failed", TaskState::Failed),
             ("canceled", TaskState::Cancelled),
-            ("canceling", TaskState::Cancelled),
+            ("canceling", TaskState::Working),
             ("exploded", TaskState::Unknown),
         ];
         for (s, want) in table {
@@ -203,21 +163,17 @@ mod tests {
         assert_eq!(render("{{missing}}", args), Err("missing".to_owned()));
         assert_eq!(render_value("{{n}}", args), Ok(json!(3)));
         assert_eq!(render_value("n={{n}}", args), Ok(json!("n=3")));
-        let vars = variables(None, true, args).expect("vars");
-        assert!(vars.contains(&("dry".to_owned(), "true".to_owned())));
-        let bad = json!({"a-b": 1});
-        assert!(variables(None, true, bad.as_object().expect("o")).is_err());
-        assert!(
-            variables(None, false, bad.as_object().expect("o"))
-                .expect("none")
-                .is_empty()
+        assert!(variables(None, args).expect("none").is_empty());
+        let templates: BTreeMap<String, String> =
+            [("PRICE".to_owned(), "{{tenant}} costs $5 and $$".to_owned())].into();
+        assert_eq!(
+            variables(Some(&templates), args).expect("vars"),
+            vec![("PRICE".to_owned(), "acme costs $$5 and $$$$".to_owned())]
         );
     }
 
     #[test]
-    fn traces_and_dotenv() {
-        let trace = "section_start:1:x\r\u{1b}[0Kstart\n\u{1b}[31;1mred\u{1b}[0;m\nERROR: Job failed: exit code 3\n";
-        assert_eq!(trace_tail(trace, 2), "red\nERROR: Job failed: exit code 3");
+    fn dotenv_files() {
         assert_eq!(
             dotenv("# c\nA=1\nB=\"two words\"\n\nC='x'\n"),
             json!({"A": "1", "B": "two words", "C": "x"})

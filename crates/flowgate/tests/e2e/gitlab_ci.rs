@@ -1,6 +1,8 @@
 //! GitLab CI tools through the whole server, against the GitLab API fake whose pipelines run
-//! their `.gitlab-ci.yml` scripts: a result artifact as structuredContent, a failing job with
-//! its trace tail, a manual gate answered over MCP, and a task another server process answers.
+//! their `.gitlab-ci.yml` scripts, on projects that restrict pipeline variables as GitLab.com
+//! does (arguments and the call's name travel as spec:inputs, answers as job inputs): a result
+//! artifact as structuredContent, a failing job with the end of its log, a manual gate answered
+//! over MCP, and a task another server process answers.
 
 use flowgate_gitlab_ci::testing::{FakeGitLab, TEST_TOKEN};
 use rmcp::model::TaskStatus;
@@ -28,7 +30,7 @@ fn manifest(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
         tool(
             "deploy",
             "gated",
-            ", questions: {approve: {message: 'Deploy?', requested_schema: {type: object, properties: {approver: {type: string}}, required: [approver]}, variables: {approver: APPROVER}}}, result_artifact: {job: deploy, path: result.json}"
+            ", questions: {approve: {message: 'Deploy?', requested_schema: {type: object, properties: {approver: {type: string}}, required: [approver]}}}, result_artifact: {job: deploy, path: result.json}"
         ),
     );
     let path = dir.join("gitlab.yaml");
