@@ -330,7 +330,7 @@ impl Engine for FakeEngine {
 pub fn register(registry: &mut crate::Registry, engine: FakeEngine) {
     registry.register(
         KIND,
-        Box::new(move |_target, _dir| Ok(Arc::new(engine.clone()) as Arc<dyn Engine>)),
+        Box::new(move |_spec| Ok(Arc::new(engine.clone()) as Arc<dyn Engine>)),
     );
 }
 
