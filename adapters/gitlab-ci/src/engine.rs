@@ -137,24 +137,24 @@ impl GitLabEngine {
         })
     }
 
-    /// The pipeline inputs of a call: the manifest's templates, or (without `inputs` and
-    /// `variables`) every argument under its own name; and the call's name in the key input.
-    fn inputs(
-        &self,
-        args: &Map<String, Value>,
-        name: &str,
-    ) -> Result<Map<String, Value>, EngineError> {
+    /// The pipeline inputs of a call: the manifest's templates (an input whose argument the
+    /// call leaves out, without a schema default, is not sent: the input's own default
+    /// applies), or (without `inputs` and `variables`) every argument under its own name; and
+    /// the call's name in the key input.
+    fn inputs(&self, args: &Value, name: &str) -> Result<Map<String, Value>, EngineError> {
         let mut out = Map::new();
         match (&self.target.inputs, &self.target.variables) {
             (Some(templates), _) => {
-                for (k, v) in templates {
-                    let value = mapping::render_value(v, args)
-                        .map_err(|n| Self::invalid(format!("input {k} needs the argument {n}")))?;
-                    out.insert(k.clone(), value);
+                for (k, t) in templates {
+                    if let Some(value) = t.render_value(args) {
+                        out.insert(k.clone(), value);
+                    }
                 }
             }
             (None, None) => {
-                for (k, v) in args.iter().filter(|(_, v)| !v.is_null()) {
+                let empty = Map::new();
+                let given = args.as_object().unwrap_or(&empty);
+                for (k, v) in given.iter().filter(|(_, v)| !v.is_null()) {
                     if !crate::config::valid_input(k) {
                         return Err(Self::setup(format!(
                             "argument {k:?} cannot be a GitLab input name (letters, digits, _ and -); map it under target.inputs"
@@ -460,14 +460,21 @@ impl Engine for GitLabEngine {
     }
 
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
-        let empty = Map::new();
-        let args = request.arguments.as_object().unwrap_or(&empty);
-        let git_ref = mapping::render(&self.target.git_ref, args)
-            .map_err(|n| Self::invalid(format!("ref needs the argument {n}")))?;
+        let args = &request.arguments;
+        let git_ref = self.target.git_ref.render(args).ok_or_else(|| {
+            Self::invalid(format!(
+                "ref {} needs arguments this call leaves out: {}",
+                self.target.git_ref,
+                self.target
+                    .git_ref
+                    .arguments()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
         let name = naming::call_name(&request);
         let inputs = self.inputs(args, &name)?;
-        let mut variables =
-            mapping::variables(self.target.variables.as_ref(), args).map_err(Self::invalid)?;
+        let mut variables = mapping::variables(self.target.variables.as_ref(), args);
         if let Some(key) = &self.target.key_variable {
             variables.push((key.clone(), name.clone()));
         }
@@ -519,8 +526,16 @@ impl Engine for GitLabEngine {
         let mut state = mapping::state(&pipeline.status);
         // GitLab's composite status goes back to `pending`, `preparing`,
         // `waiting_for_resource` or `scheduled` between jobs; once a job has run the
-        // pipeline is working, never submitted again.
-        if state == TaskState::Submitted && pipeline.started_at.is_some() {
+        // pipeline is working, never submitted again (the job list, read after the pipeline,
+        // may be the first to show it).
+        let started = pipeline.started_at.is_some()
+            || jobs.iter().any(|j| {
+                matches!(
+                    j.status.as_str(),
+                    "running" | "success" | "failed" | "canceling" | "canceled"
+                )
+            });
+        if state == TaskState::Submitted && started {
             state = TaskState::Working;
         }
         let mut record = ExecutionRecord::new(state, pipeline.status.clone(), pipeline.created_at);
@@ -645,8 +660,11 @@ impl Engine for GitLabEngine {
         let since = Utc::now() - chrono::Duration::days(30);
         let limit = filter.limit.unwrap_or(LIST_SCAN).min(LIST_SCAN);
         let tag = filter.principal_digest.as_deref().map(principal_tag);
-        let fixed_ref =
-            (!self.target.git_ref.contains("{{")).then_some(self.target.git_ref.as_str());
+        let fixed_ref = self
+            .target
+            .git_ref
+            .is_fixed()
+            .then(|| self.target.git_ref.source());
         let mut out = Vec::new();
         for p in self.api.recent(fixed_ref, since, LIST_SCAN).await? {
             if out.len() >= limit {

@@ -45,7 +45,7 @@ pub fn register(registry: &mut flowgate_core::Registry) {
     registry.register(
         KIND,
         Box::new(|spec| {
-            let target = GitLabTarget::from_manifest(spec.config)?;
+            let target = GitLabTarget::from_manifest(spec)?;
             let engine = GitLabEngine::new(target)
                 .map_err(|e| flowgate_core::TargetError::whole(e.to_string()))?;
             Ok(std::sync::Arc::new(engine) as std::sync::Arc<dyn flowgate_core::Engine>)

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use flowgate_core::TaskState;
+use flowgate_core::template::Template;
 use serde_json::{Map, Value};
 
 /// Maps a pipeline status onto the task model. `manual` is working here; the engine raises it
@@ -43,63 +44,17 @@ pub(crate) fn unexpanded(value: &str) -> String {
     value.replace('$', "$$")
 }
 
-/// Replaces each `{{name}}` (spaces allowed) with the argument `name`.
-///
-/// # Errors
-/// The name of an argument the template uses that the call does not have.
-pub(crate) fn render(template: &str, args: &Map<String, Value>) -> Result<String, String> {
-    let mut out = String::new();
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else {
-            out.push_str(&rest[start..]);
-            return Ok(out);
-        };
-        let name = after[..end].trim();
-        match args.get(name) {
-            Some(v) if !v.is_null() => out.push_str(&text(v)),
-            _ => return Err(name.to_owned()),
-        }
-        rest = &after[end + 2..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-/// A template that is exactly one `{{name}}` keeps the argument's JSON value.
-pub(crate) fn render_value(template: &str, args: &Map<String, Value>) -> Result<Value, String> {
-    let t = template.trim();
-    if let Some(name) = t.strip_prefix("{{").and_then(|r| r.strip_suffix("}}"))
-        && !name.contains("{{")
-    {
-        let name = name.trim();
-        return args
-            .get(name)
-            .filter(|v| !v.is_null())
-            .cloned()
-            .ok_or_else(|| name.to_owned());
-    }
-    render(template, args).map(Value::String)
-}
-
 /// The pipeline variables of a call: the manifest's templates only (none without them), each
-/// value [`unexpanded`].
+/// value [`unexpanded`]; a template whose argument the call leaves out (without a schema
+/// default) sends nothing, so the pipeline's own value applies.
 pub(crate) fn variables(
-    templates: Option<&BTreeMap<String, String>>,
-    args: &Map<String, Value>,
-) -> Result<Vec<(String, String)>, String> {
-    let Some(templates) = templates else {
-        return Ok(Vec::new());
-    };
+    templates: Option<&BTreeMap<String, Template>>,
+    args: &Value,
+) -> Vec<(String, String)> {
     templates
-        .iter()
-        .map(|(k, v)| {
-            render(v, args)
-                .map(|v| (k.clone(), unexpanded(&v)))
-                .map_err(|n| format!("variable {k} needs the argument {n}"))
-        })
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, t)| t.render(args).map(|v| (k.clone(), unexpanded(&v))))
         .collect()
 }
 
@@ -153,23 +108,29 @@ mod tests {
     }
 
     #[test]
-    fn templates_and_variables() {
-        let args = json!({"tenant": "acme", "n": 3, "dry": true});
-        let args = args.as_object().expect("o");
+    fn variables_are_unexpanded_and_left_out_arguments_unset() {
+        let schema = json!({"properties": {"tenant": {}, "note": {}, "tier": {"default": "gold"}}});
+        let bind = |s: &str| {
+            Template::parse(s)
+                .and_then(|t| t.bind(schema.as_object().expect("o")))
+                .expect("template")
+        };
+        let templates: BTreeMap<String, Template> = [
+            ("PRICE".to_owned(), bind("{tenant} costs $5 and $$")),
+            ("NOTE".to_owned(), bind("{note}")),
+            ("TIER".to_owned(), bind("{tier}")),
+        ]
+        .into();
+        let args = json!({"tenant": "acme"});
         assert_eq!(
-            render("deploy/{{ tenant }}", args).as_deref(),
-            Ok("deploy/acme")
+            variables(Some(&templates), &args),
+            vec![
+                ("PRICE".to_owned(), "acme costs $$5 and $$$$".to_owned()),
+                ("TIER".to_owned(), "gold".to_owned()),
+            ],
+            "NOTE is left out: the pipeline's own value applies"
         );
-        assert_eq!(render("{{missing}}", args), Err("missing".to_owned()));
-        assert_eq!(render_value("{{n}}", args), Ok(json!(3)));
-        assert_eq!(render_value("n={{n}}", args), Ok(json!("n=3")));
-        assert!(variables(None, args).expect("none").is_empty());
-        let templates: BTreeMap<String, String> =
-            [("PRICE".to_owned(), "{{tenant}} costs $5 and $$".to_owned())].into();
-        assert_eq!(
-            variables(Some(&templates), args).expect("vars"),
-            vec![("PRICE".to_owned(), "acme costs $$5 and $$$$".to_owned())]
-        );
+        assert!(variables(None, &args).is_empty());
     }
 
     #[test]

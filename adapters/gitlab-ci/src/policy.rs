@@ -109,7 +109,9 @@ mod tests {
     use super::*;
 
     fn t(v: Value) -> GitLabTarget {
-        GitLabTarget::from_manifest(v.as_object().expect("o")).expect("t")
+        let schema = json!({"properties": {"env": {}, "day": {}}});
+        GitLabTarget::from_config(v.as_object().expect("o"), schema.as_object().expect("o"))
+            .expect("t")
     }
 
     #[test]
@@ -117,12 +119,12 @@ mod tests {
         let s = scopes(&[
             t(json!({"project": "a/b", "ref": "main"})),
             t(
-                json!({"project": "a/b", "ref": "main", "inputs": {"env": "{{env}}"},
+                json!({"project": "a/b", "ref": "main", "inputs": {"env": "{env}"},
                      "questions": {"apply": {"message": "ok?", "requested_schema":
                         {"type": "object", "properties": {"approver": {"type": "string"}}}}}}),
             ),
             t(
-                json!({"project": "c/d", "ref": "main", "variables": {"DAY": "{{day}}"},
+                json!({"project": "c/d", "ref": "main", "variables": {"DAY": "{day}"},
                      "key_variable": "FLOWGATE_CALL"}),
             ),
         ]);

@@ -96,17 +96,30 @@ impl FakeGitLab {
         fake
     }
 
-    /// A target on project `flowgate/<name>` of the fake, with extra keys.
+    /// A target on project `flowgate/<name>` of the fake, with extra keys, for a tool
+    /// without templates (its input schema declares nothing).
     ///
     /// # Panics
     /// On a broken fixture.
     pub fn target(&self, name: &str, extra: Value) -> GitLabTarget {
+        self.target_for(name, extra, json!({"type": "object"}))
+    }
+
+    /// A target on project `flowgate/<name>` of the fake for a tool with `input_schema`.
+    ///
+    /// # Panics
+    /// On a broken fixture.
+    pub fn target_for(&self, name: &str, extra: Value, input_schema: Value) -> GitLabTarget {
         let mut v =
             json!({"base_url": self.url, "project": format!("flowgate/{name}"), "ref": "main"});
         if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
             m.extend(e);
         }
-        GitLabTarget::from_manifest(v.as_object().expect("object")).expect("target")
+        GitLabTarget::from_config(
+            v.as_object().expect("object"),
+            input_schema.as_object().expect("a schema object"),
+        )
+        .expect("target")
     }
 
     /// An engine for [`FakeGitLab::target`] with the fake's token.
@@ -114,8 +127,16 @@ impl FakeGitLab {
     /// # Panics
     /// On a broken fixture.
     pub fn engine(&self, name: &str, extra: Value) -> GitLabEngine {
+        self.engine_for(name, extra, json!({"type": "object"}))
+    }
+
+    /// An engine for [`FakeGitLab::target_for`] with the fake's token.
+    ///
+    /// # Panics
+    /// On a broken fixture.
+    pub fn engine_for(&self, name: &str, extra: Value, input_schema: Value) -> GitLabEngine {
         GitLabEngine::with_token(
-            self.target(name, extra),
+            self.target_for(name, extra, input_schema),
             &HttpConfig::default(),
             Some(Secret::new(TEST_TOKEN)),
         )

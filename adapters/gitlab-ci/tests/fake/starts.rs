@@ -41,7 +41,11 @@ async fn a_restricted_project_refuses_pipeline_variables_with_gitlabs_own_error(
     );
     // A tool that asks for pipeline variables there is told what to change, as an operator
     // matter (never "check the arguments").
-    let e = fake.engine("hello", json!({"variables": {"NAME": "{{name}}"}}));
+    let e = fake.engine_for(
+        "hello",
+        json!({"variables": {"NAME": "{name}"}}),
+        json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+    );
     let err = e
         .start(StartRequest::new("t", json!({"name": "x"}), "p"))
         .await
@@ -65,11 +69,15 @@ async fn a_restricted_project_refuses_pipeline_variables_with_gitlabs_own_error(
 #[tokio::test]
 async fn a_start_costs_one_lookup_by_name_and_reads_no_variables() {
     let fake = FakeGitLab::start();
-    let e = hello(&fake);
+    // A project of its own: the counts are per project.
+    let e = fake.engine(
+        "counted",
+        json!({"result_artifact": {"job": "build", "path": "result.json"}}),
+    );
     let request = StartRequest::new("greet", json!({"NAME": "Cy"}), "principal-1");
-    let before = fake.requests("hello");
+    let before = fake.requests("counted");
     let started = e.start(request.clone()).await.expect("start");
-    let after = fake.requests("hello");
+    let after = fake.requests("counted");
     assert_eq!(count(&after, "pipelines") - count(&before, "pipelines"), 1);
     assert_eq!(
         count(&after, "POST pipeline") - count(&before, "POST pipeline"),
@@ -80,7 +88,7 @@ async fn a_start_costs_one_lookup_by_name_and_reads_no_variables() {
     let (_, pipeline) = api(
         &fake,
         "GET",
-        &format!("projects/flowgate%2Fhello/pipelines/{}", started.execution),
+        &format!("projects/flowgate%2Fcounted/pipelines/{}", started.execution),
         None,
     )
     .await;
@@ -91,7 +99,7 @@ async fn a_start_costs_one_lookup_by_name_and_reads_no_variables() {
     );
     let again = e.start(request.clone()).await.expect("retried start");
     assert_eq!(again.execution, started.execution);
-    let last = fake.requests("hello");
+    let last = fake.requests("counted");
     assert_eq!(count(&last, "pipelines") - count(&after, "pipelines"), 1);
     assert_eq!(
         count(&last, "POST pipeline"),
@@ -133,10 +141,10 @@ async fn inputs_arrive_byte_for_byte() {
 #[tokio::test]
 async fn pipeline_variables_where_the_manifest_asks_arrive_byte_for_byte() {
     let fake = FakeGitLab::start();
-    let e = fake.engine(
+    let e = fake.engine_for(
         "vars",
         json!({
-            "variables": {"MESSAGE": "{{message}}"},
+            "variables": {"MESSAGE": "{message}"},
             "key_variable": "FLOWGATE_CALL",
             "questions": {"confirm": {
                 "message": "Confirm?",
@@ -145,6 +153,7 @@ async fn pipeline_variables_where_the_manifest_asks_arrive_byte_for_byte() {
             }},
             "result_artifact": {"job": "report", "path": "result.json"}
         }),
+        json!({"type": "object", "properties": {"message": {"type": "string"}}}),
     );
     let text = awkward_text();
     let request = StartRequest::new("vars", json!({"message": text}), "p");
@@ -173,16 +182,19 @@ async fn pipeline_variables_where_the_manifest_asks_arrive_byte_for_byte() {
     );
 }
 
+fn scale_schema(replicas: Value) -> Value {
+    json!({"type": "object", "properties": {"env": {"type": "string"}, "replicas": replicas},
+           "required": ["env"]})
+}
+
 #[tokio::test]
 async fn pipeline_inputs_keep_their_types_and_bad_ones_are_refused() {
     let fake = FakeGitLab::start();
-    let e = fake.engine(
-        "inputs",
-        json!({
-            "inputs": {"environment": "{{env}}", "replicas": "{{replicas}}"},
-            "result_artifact": {"job": "scale", "path": "result.json"}
-        }),
-    );
+    let target = json!({
+        "inputs": {"environment": "{env}", "replicas": "{replicas}"},
+        "result_artifact": {"job": "scale", "path": "result.json"}
+    });
+    let e = fake.engine_for("inputs", target, scale_schema(json!({"type": "integer"})));
     let x = start(&e, json!({"env": "staging", "replicas": 3})).await;
     let done = wait(&e, &x, |r| r.state.is_terminal()).await;
     assert_eq!(
@@ -197,9 +209,6 @@ async fn pipeline_inputs_keep_their_types_and_bad_ones_are_refused() {
             .contains("`moon` cannot be used because it is not in the list of allowed options"),
         "{err}"
     );
-    let request = StartRequest::new("t", json!({"replicas": 1}), "p");
-    let err = e.start(request).await.expect_err("missing argument");
-    assert!(err.to_string().contains("env"), "{err}");
     // An argument the pipeline does not declare is the setup's fault, not the caller's.
     let every = fake.engine("inputs", json!({}));
     let request = StartRequest::new("t", json!({"environment": "staging", "colour": "red"}), "p");
@@ -208,6 +217,40 @@ async fn pipeline_inputs_keep_their_types_and_bad_ones_are_refused() {
     assert!(
         err.to_string().contains("unknown input arguments: colour"),
         "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_left_out_optional_argument_leaves_the_input_unset_or_takes_the_schema_default() {
+    let fake = FakeGitLab::start();
+    let target = json!({
+        "inputs": {"environment": "{env}", "replicas": "{replicas}"},
+        "result_artifact": {"job": "scale", "path": "result.json"}
+    });
+    // No schema default: the input is not sent, and the pipeline's own default (1) applies.
+    let e = fake.engine_for(
+        "inputs",
+        target.clone(),
+        scale_schema(json!({"type": "integer"})),
+    );
+    let x = start(&e, json!({"env": "production"})).await;
+    let done = wait(&e, &x, |r| r.state.is_terminal()).await;
+    assert_eq!(
+        done.output,
+        Some(json!({"environment": "production", "replicas": 1})),
+        "{done:?}"
+    );
+    // A schema default is sent, with its type.
+    let e = fake.engine_for(
+        "inputs",
+        target,
+        scale_schema(json!({"type": "integer", "default": 4})),
+    );
+    let x = start(&e, json!({"env": "staging"})).await;
+    let done = wait(&e, &x, |r| r.state.is_terminal()).await;
+    assert_eq!(
+        done.output,
+        Some(json!({"environment": "staging", "replicas": 4}))
     );
 }
 
