@@ -609,6 +609,10 @@ def evaluate(config, variables, project_dir, source, ref):
         for iname, ispec in inputs.items():
             if not isinstance(ispec, dict) or "default" not in ispec:
                 raise ConfigError(f"{where}:inputs:{iname} input must have a default value")
+            try:
+                _check_input(iname, ispec, None)  # a job's inputs are checked when it is created
+            except ConfigError as e:
+                raise ConfigError(*[f"{where}:inputs: {m}" for m in e.messages])
         jobs.append({
             "name": name_, "stage": stage, "stage_idx": p.stages.index(stage), "when": when,
             "allow_failure": bool(allow), "exit_codes": exit_codes, "needs": parsed_needs,
