@@ -93,29 +93,38 @@ their ref (`keep_latest_artifact`); an expired artifact answers 404.
 SHORTCUTS (everything else follows the docs):
 - Jobs run on this host in gitlab-ci-local's shell executor, not in containers: `image` and
   `services` are ignored. Not modelled: `include` (refused with a 400 naming the shortcut),
-  `trigger` jobs and downstream pipelines, `parallel`/`matrix`, `retry`, `interruptible`
-  auto-cancel, `spec:inputs:rules`, `cache`, `environment` and deployments, merge-request and
-  push pipelines (so `rules:changes` is always true, as GitLab takes it for API, trigger and web
-  pipelines), `artifacts:reports` (a dotenv report must also be listed under `paths` to be
-  served by path), the artifacts archive download (`/artifacts` as a zip).
-- The 20-inputs limit answers the fake's own wording; the job inputs' validation errors
-  (`job_inputs` on play) answer 400 `{"message": "400 Bad request - ..."}` in the fake's words.
+  `trigger` jobs and downstream pipelines, `parallel`/`matrix`, `retry` (and `include_retried`),
+  `interruptible` auto-cancel, `workflow:auto_cancel`, `spec:inputs:rules`, `spec:include`,
+  `cache`, `environment` and deployments, `dependencies` (a job gets the artifacts of every job
+  it depends on), merge-request and push pipelines (so `rules:changes` is always true, as
+  GitLab takes it for API, trigger and web pipelines), `artifacts:reports` (a dotenv report must
+  also be listed under `paths` to be served by path), `artifacts:exclude`/`name`/`untracked`,
+  the artifacts archive download (`/artifacts` as a zip).
+- Job inputs (`inputs:` on a job, `${{ job.inputs.x }}`) are substituted as plain text in
+  `script`, `before_script`, `after_script` and `artifacts`: no Moa operators or functions. The
+  errors of `job_inputs` on play, and the 20-inputs limit, answer in the fake's own words.
+- Variables: project CI/CD variables come from the settings file (no groups, instance,
+  protected or environment-scoped ones; a masked value is not checked for GitLab's masking
+  rules); file-type variables (a trigger's TRIGGER_PAYLOAD) are listed but not given to jobs.
 - Authentication: one token (`PRIVATE-TOKEN` or `Authorization: Bearer`) of one user
   (`flowgate-bot`, whose role per project is `token_role`); no scopes, no protected branches.
-  One trigger token, owned by the same user.
+  One trigger token, owned by the same user. `PUT /projects/:id` changes only the
+  pipeline-variables settings.
 - Refs: only the branch `main`; `sha` is a fixed fake commit.
+- A runner takes a pending job after `--pending-seconds`; `preparing` lasts while the fake makes
+  the job's checkout. Job failure_reason: script_failure or job_execution_timeout; a pipeline
+  saved with configuration errors has config_error.
 - Rate limit: one bucket per token, `--rate-limit` requests per 60 s window (default 10000).
 - State is in memory; pipelines are never purged.
-- Job failure_reason: script_failure, job_execution_timeout, config_error (pipelines).
 - Test hooks under /__fake/, each for one project (`{"project": "group/name"}`), so tests
   running at once never take each other's: `lose_next_create` (the project's next create runs
   but its connection is closed before any answer), `throttle_next` ({"count", "retry_after"}:
   the project's next requests get 429), `fault_next` ({"skip": N, "fault": 429|500|502|503|
   "reset"|"stall", "reads": ["trace", "artifacts", "jobs", "job", "pipeline", "pipelines",
   "variables"], "stall_seconds"}: the project's next N reads of those kinds pass, the one after
-  fails so; {"disarm": true} takes it back), `counts`
-  (pipelines created, in all and for the project, and the project's requests by kind),
-  `expire_artifacts` ({"job": id}: the job's artifacts expire now).
+  fails so; {"disarm": true} takes it back), `counts` (pipelines created, in all and for the
+  project, and the project's requests by kind), `expire_artifacts` ({"job": id}: the job's
+  artifacts expire now).
 """
 
 import argparse
