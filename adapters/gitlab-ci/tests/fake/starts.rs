@@ -88,7 +88,10 @@ async fn a_start_costs_one_lookup_by_name_and_reads_no_variables() {
     let (_, pipeline) = api(
         &fake,
         "GET",
-        &format!("projects/flowgate%2Fcounted/pipelines/{}", started.execution),
+        &format!(
+            "projects/flowgate%2Fcounted/pipelines/{}",
+            started.execution
+        ),
         None,
     )
     .await;
