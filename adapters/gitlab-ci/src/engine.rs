@@ -116,9 +116,9 @@ impl GitLabEngine {
 
     /// A problem with the tool's setup that only an operator can fix.
     fn setup(message: String) -> EngineError {
-        EngineError::Denied {
+        EngineError::Misconfigured {
             engine: KIND,
-            message: format!("tell an operator: {message}"),
+            message,
         }
     }
 

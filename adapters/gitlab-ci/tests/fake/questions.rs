@@ -123,7 +123,7 @@ async fn answers_as_job_variables_are_refused_where_pipeline_variables_are_restr
         )
         .await
         .expect_err("GitLab answers 403 to job variables here");
-    assert!(matches!(err, EngineError::Denied { .. }), "{err:?}");
+    assert!(matches!(err, EngineError::Misconfigured { .. }), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("tell an operator"), "{text}");
     assert!(

@@ -50,7 +50,7 @@ async fn a_restricted_project_refuses_pipeline_variables_with_gitlabs_own_error(
         .start(StartRequest::new("t", json!({"name": "x"}), "p"))
         .await
         .expect_err("variables are refused");
-    assert!(matches!(err, EngineError::Denied { .. }), "{err:?}");
+    assert!(matches!(err, EngineError::Misconfigured { .. }), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("tell an operator"), "{text}");
     assert!(
