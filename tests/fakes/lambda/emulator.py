@@ -189,6 +189,7 @@ class Sandbox:
     def start_process(self) -> None:
         svc = self.service
         self.generation += 1
+        self.pending = queue.Queue()
         self.ready.clear()
         env = {
             "AWS_LAMBDA_RUNTIME_API": self.address,
@@ -254,12 +255,9 @@ class Sandbox:
                 pass
             process.wait()
             self.service.count("kills")
-        # Whatever the runtime was blocked on is gone with it.
-        while not self.pending.empty():
-            try:
-                self.pending.get_nowait()
-            except queue.Empty:
-                break
+        # Whatever the runtime was blocked on is gone with it: its /next waits on a queue no
+        # invocation will reach.
+        self.pending = queue.Queue()
 
     # -- invoking ------------------------------------------------------------------------------
 
@@ -316,10 +314,11 @@ def _runtime_handler(sandbox: Sandbox):
             if self.path.rstrip("/") != "/2018-06-01/runtime/invocation/next":
                 return self._send(404, {"errorType": "NotFound", "errorMessage": "not found"})
             generation = sandbox.generation
+            pending = sandbox.pending
             sandbox.ready.set()
             while True:
                 try:
-                    inv = sandbox.pending.get(timeout=1.0)
+                    inv = pending.get(timeout=1.0)
                     break
                 except queue.Empty:
                     if generation != sandbox.generation:
@@ -470,6 +469,11 @@ def _runtime_handler(sandbox: Sandbox):
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request, client_address) -> None:
+        # A killed runtime's or a departed client's connection: nothing to report.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, BrokenPipeError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class LambdaService:
