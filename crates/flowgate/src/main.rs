@@ -8,6 +8,8 @@ mod helpers;
 mod keys;
 #[cfg(feature = "lambda")]
 mod lambda_identity;
+#[cfg(feature = "lambda")]
+mod lambda_payload;
 mod logging;
 mod policy;
 mod serve;

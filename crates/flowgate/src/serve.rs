@@ -192,8 +192,27 @@ async fn serve(args: ServeArgs) -> ExitCode {
 
 #[cfg(feature = "lambda")]
 async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
-    tracing::info!(tools = tool_count, "serving MCP as an AWS Lambda function");
-    match lambda_http::run(app).await {
+    use crate::lambda_payload::{InvokeMode, keep_within_limit};
+    let mode = match InvokeMode::parse(std::env::var(env_vars::LAMBDA_INVOKE_MODE).ok().as_deref())
+    {
+        Ok(mode) => mode,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        mode,
+        keep_within_limit,
+    ));
+    tracing::info!(tools = tool_count, invoke_mode = ?mode, "serving MCP as an AWS Lambda function");
+    let served = match mode {
+        InvokeMode::Buffered => lambda_http::run(app).await,
+        // The body reaches the client as it is written (a Function URL in RESPONSE_STREAM
+        // mode): server-sent events flow while a request holds.
+        InvokeMode::ResponseStream => lambda_http::run_with_streaming_response(app).await,
+    };
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("flowgate: lambda runtime: {e}");

@@ -76,7 +76,6 @@ pub(crate) struct Lambda {
 /// An HTTP answer: status, headers, body.
 pub(crate) struct Answer {
     pub(crate) status: u16,
-    #[allow(dead_code)]
     pub(crate) headers: reqwest::header::HeaderMap,
     pub(crate) body: String,
 }
@@ -584,4 +583,122 @@ async fn api_gateway_jwt_and_lambda_authorizer_contexts_name_the_caller() {
             .await,
     );
     assert_eq!(status, 401);
+}
+
+/// A tool whose output is 1 MiB of control characters: 6 MiB once JSON-escaped as the tool's
+/// text, 7 MiB escaped again inside Lambda's response object.
+const DENSE_OUTPUT: &str = "tools:\n  - name: dense\n    input_schema: {type: object}\n    task: optional\n    poll_interval_ms: 200\n    target:\n      engine: local\n      command: [/bin/sh, -c, \"head -c 1048576 /dev/zero | tr '\\\\000' '\\\\001'\"]\n";
+
+fn dense(invoke_mode: &str) -> Config<'_> {
+    Config {
+        invoke_mode,
+        env: vec![
+            ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
+            ("FLOWGATE_MANIFEST_YAML".into(), DENSE_OUTPUT.into()),
+            ("FLOWGATE_LAMBDA_INVOKE_MODE".into(), invoke_mode.into()),
+        ],
+        ..Config::default()
+    }
+}
+
+/// An answer that would not fit Lambda's 6 MB buffered response is a JSON-RPC error naming
+/// its size, the same on every tasks/get of the task: never the platform's 502.
+#[tokio::test]
+async fn an_answer_over_the_buffered_limit_is_an_error_naming_its_size() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let lambda = Lambda::start_with(state.path(), dense("BUFFERED"));
+    let created = lambda
+        .mcp(
+            "tools/call",
+            "dense",
+            json!({"name": "dense", "arguments": {}}),
+        )
+        .await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let mut errors = 0;
+    for _ in 0..120 {
+        let got = lambda
+            .mcp_as(
+                Some("session-1"),
+                "tasks/get",
+                &task_id,
+                json!({"taskId": task_id}),
+            )
+            .await;
+        assert_eq!(got.status, 200, "never the platform's error: {}", got.body);
+        let answer = got.json();
+        if let Some(error) = answer.get("error") {
+            assert_eq!(error["code"], -32603, "{answer}");
+            assert_eq!(error["data"]["limit"], 6_291_556, "{answer}");
+            assert!(
+                error["data"]["size"].as_u64().unwrap_or_default() > 6_291_556,
+                "{answer}"
+            );
+            assert!(
+                error["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("bytes"),
+                "{answer}"
+            );
+            errors += 1;
+            if errors == 2 {
+                assert_eq!(lambda.state().await["timeouts"], 0);
+                return;
+            }
+            continue;
+        }
+        assert_eq!(answer["result"]["status"], "working", "{answer}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("tasks/get never answered the finished task");
+}
+
+/// A streamed Function URL (RESPONSE_STREAM) carries up to 200 MB: the same answer arrives
+/// whole, through the streaming runner's prelude.
+#[tokio::test]
+async fn response_stream_mode_carries_what_buffered_mode_cannot() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let lambda = Lambda::start_with(state.path(), dense("RESPONSE_STREAM"));
+    let listed = lambda
+        .mcp_as(Some("session-1"), "tools/list", "", json!({}))
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(
+        listed.headers.get("content-type").is_some_and(|v| v
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("application/json")),
+        "the prelude's headers reach the client: {:?}",
+        listed.headers
+    );
+    let created = lambda
+        .mcp(
+            "tools/call",
+            "dense",
+            json!({"name": "dense", "arguments": {}}),
+        )
+        .await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    for _ in 0..120 {
+        let got = lambda
+            .mcp("tasks/get", &task_id, json!({"taskId": task_id}))
+            .await;
+        if got["result"]["status"] == "completed" {
+            let text = got["result"]["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            assert_eq!(text.len(), 1 << 20, "the whole output");
+            return;
+        }
+        assert_eq!(got["result"]["status"], "working", "{got}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the task did not complete");
 }
