@@ -456,9 +456,20 @@ fn the_template_takes_the_architecture_as_a_parameter() {
         param["AllowedValues"],
         serde_json::json!(["x86_64", "arm64"])
     );
+    let function = &template["Resources"]["FlowgateFunction"]["Properties"];
     assert_eq!(
-        template["Resources"]["FlowgateFunction"]["Properties"]["Architectures"],
+        function["Architectures"],
         serde_json::json!([{"Ref": "Architecture"}])
+    );
+    // The URL streams by default, and flowgate is told the URL's mode.
+    assert_eq!(template["Parameters"]["InvokeMode"]["Default"], "RESPONSE_STREAM");
+    assert_eq!(
+        function["FunctionUrlConfig"]["InvokeMode"],
+        serde_json::json!({"Ref": "InvokeMode"})
+    );
+    assert_eq!(
+        function["Environment"]["Variables"]["FLOWGATE_LAMBDA_INVOKE_MODE"],
+        serde_json::json!({"Ref": "InvokeMode"})
     );
 }
 
