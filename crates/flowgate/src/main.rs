@@ -11,6 +11,7 @@ mod lambda_identity;
 #[cfg(feature = "lambda")]
 mod lambda_payload;
 mod logging;
+mod platform_deadline;
 mod policy;
 mod serve;
 mod setup;

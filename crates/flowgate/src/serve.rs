@@ -147,9 +147,31 @@ async fn serve(args: ServeArgs) -> ExitCode {
             identity: protection.platform,
         },
     );
+    let request_timeout = match crate::platform_deadline::request_timeout(
+        std::env::var(env_vars::REQUEST_TIMEOUT_SECS)
+            .ok()
+            .as_deref(),
+    ) {
+        Ok(timeout) => timeout,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if lambda {
         return serve_lambda(app, tool_count).await;
     }
+    // Cloud Run ends a request after the service's timeoutSeconds: holds end before it.
+    let app = match request_timeout {
+        Some(timeout) => app.layer(axum::middleware::from_fn_with_state(
+            (
+                crate::platform_deadline::DeadlineSource::RequestTimeout(timeout),
+                crate::platform_deadline::PlatformDeadline as fn(_) -> _,
+            ),
+            crate::platform_deadline::with_deadline,
+        )),
+        None => app,
+    };
     let listener = match tokio::net::TcpListener::bind(&listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -201,10 +223,19 @@ async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let app = app.layer(axum::middleware::from_fn_with_state(
-        mode,
-        keep_within_limit,
-    ));
+    use crate::platform_deadline::{DeadlineSource, PlatformDeadline, with_deadline};
+    let app = app
+        .layer(axum::middleware::from_fn_with_state(
+            (
+                DeadlineSource::LambdaInvocation,
+                PlatformDeadline as fn(_) -> _,
+            ),
+            with_deadline,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            mode,
+            keep_within_limit,
+        ));
     tracing::info!(tools = tool_count, invoke_mode = ?mode, "serving MCP as an AWS Lambda function");
     let served = match mode {
         InvokeMode::Buffered => lambda_http::run(app).await,

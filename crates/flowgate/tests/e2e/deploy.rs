@@ -245,6 +245,21 @@ fn the_cloud_run_service_sets_only_variables_the_binary_reads() {
     );
     assert_eq!(get("FLOWGATE_ALLOW_UNAUTHENTICATED"), None);
     assert_eq!(container["startupProbe"]["httpGet"]["path"], "/healthz");
+    // flowgate holds requests no longer than the service lets them run: it is told the
+    // timeout, and its synchronous wait fits inside it.
+    let timeout = spec["timeoutSeconds"].as_u64().expect("timeoutSeconds");
+    assert_eq!(
+        get("FLOWGATE_REQUEST_TIMEOUT_SECS"),
+        Some(timeout.to_string().as_str()),
+        "flowgate bounds its holds by the service's timeoutSeconds"
+    );
+    let sync_wait: u64 = get("FLOWGATE_SYNC_WAIT_SECS")
+        .and_then(|v| v.parse().ok())
+        .expect("FLOWGATE_SYNC_WAIT_SECS");
+    assert!(
+        sync_wait < timeout,
+        "the synchronous wait fits the request timeout"
+    );
     assert_eq!(container["ports"][0]["containerPort"], 8080);
     // The Dockerfile bakes the manifest where the service looks for it.
     let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("Dockerfile");
@@ -462,7 +477,10 @@ fn the_template_takes_the_architecture_as_a_parameter() {
         serde_json::json!([{"Ref": "Architecture"}])
     );
     // The URL streams by default, and flowgate is told the URL's mode.
-    assert_eq!(template["Parameters"]["InvokeMode"]["Default"], "RESPONSE_STREAM");
+    assert_eq!(
+        template["Parameters"]["InvokeMode"]["Default"],
+        "RESPONSE_STREAM"
+    );
     assert_eq!(
         function["FunctionUrlConfig"]["InvokeMode"],
         serde_json::json!({"Ref": "InvokeMode"})
