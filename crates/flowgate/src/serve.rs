@@ -52,6 +52,28 @@ fn allowed_origins(entries: &[String]) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// How long before the platform's request timeout a synchronous wait gives up, leaving time
+/// to stop the execution and answer.
+const TIMEOUT_MARGIN: Duration = Duration::from_secs(2);
+
+/// The synchronous wait, shortened to end before the platform's request timeout (a request
+/// the platform ends gets no answer, and its execution would run on unheld).
+fn sync_wait_within(sync_wait: Duration, request_timeout: Option<Duration>) -> Duration {
+    match request_timeout {
+        Some(timeout) if timeout.saturating_sub(TIMEOUT_MARGIN) < sync_wait => {
+            let capped = timeout
+                .saturating_sub(TIMEOUT_MARGIN)
+                .max(Duration::from_secs(1));
+            tracing::info!(
+                sync_wait_secs = capped.as_secs(),
+                "the synchronous wait ends before the request timeout"
+            );
+            capped
+        }
+        _ => sync_wait,
+    }
+}
+
 /// How often finished local runs past their ttl are removed (also once at start).
 #[cfg(feature = "local")]
 const EXPIRY_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
@@ -93,8 +115,19 @@ async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let request_timeout = match crate::platform_deadline::request_timeout(
+        std::env::var(env_vars::REQUEST_TIMEOUT_SECS)
+            .ok()
+            .as_deref(),
+    ) {
+        Ok(timeout) => timeout,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = ServerOptions {
-        sync_wait: Duration::from_secs(args.sync_wait_secs),
+        sync_wait: sync_wait_within(Duration::from_secs(args.sync_wait_secs), request_timeout),
     };
     let tool_count = tools.iter().count();
     let mut scopes: Vec<String> = tools.iter().flat_map(|t| t.spec.scopes.clone()).collect();
@@ -147,17 +180,6 @@ async fn serve(args: ServeArgs) -> ExitCode {
             identity: protection.platform,
         },
     );
-    let request_timeout = match crate::platform_deadline::request_timeout(
-        std::env::var(env_vars::REQUEST_TIMEOUT_SECS)
-            .ok()
-            .as_deref(),
-    ) {
-        Ok(timeout) => timeout,
-        Err(e) => {
-            eprintln!("flowgate: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     if lambda {
         return serve_lambda(app, tool_count).await;
     }
@@ -284,6 +306,15 @@ async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::{allowed_origins, listen_address};
+
+    #[test]
+    fn the_synchronous_wait_fits_the_request_timeout() {
+        use std::time::Duration;
+        let s = Duration::from_secs;
+        assert_eq!(super::sync_wait_within(s(60), None), s(60));
+        assert_eq!(super::sync_wait_within(s(30), Some(s(300))), s(30));
+        assert_eq!(super::sync_wait_within(s(60), Some(s(10))), s(8));
+    }
 
     #[test]
     fn an_explicit_address_wins() {

@@ -693,3 +693,51 @@ async fn the_image_serves_as_its_user_from_a_read_only_root_and_drains_on_sigter
         "nothing outside /tmp changed"
     );
 }
+
+/// On Cloud Run a request ends after the service's timeoutSeconds, which it passes as
+/// `FLOWGATE_REQUEST_TIMEOUT_SECS`: a synchronous call is answered (and its run stopped)
+/// before then, whatever `FLOWGATE_SYNC_WAIT_SECS` says.
+#[tokio::test]
+async fn a_synchronous_call_ends_before_the_request_timeout() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let server = crate::support::Server::start_with(
+        state.path(),
+        None,
+        &[
+            ("FLOWGATE_SYNC_WAIT_SECS", "60"),
+            ("FLOWGATE_REQUEST_TIMEOUT_SECS", "5"),
+        ],
+        None,
+    );
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "long_job",
+        "arguments": {"steps": 30},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "deploy-test", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        },
+    }});
+    let started = std::time::Instant::now();
+    let answer = reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "long_job")
+        .body(body.to_string())
+        .timeout(std::time::Duration::from_secs(30))
+        .send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("body");
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "answered after {took:?}: {answer}"
+    );
+    assert!(answer.contains("stopped"), "{answer}");
+}
