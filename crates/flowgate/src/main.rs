@@ -4,6 +4,7 @@
 mod auth;
 mod cli;
 mod env_vars;
+mod held_result;
 mod helpers;
 mod keys;
 #[cfg(feature = "lambda")]

@@ -185,13 +185,20 @@ async fn serve(args: ServeArgs) -> ExitCode {
     }
     // Cloud Run ends a request after the service's timeoutSeconds: holds end before it.
     let app = match request_timeout {
-        Some(timeout) => app.layer(axum::middleware::from_fn_with_state(
-            (
-                crate::platform_deadline::DeadlineSource::RequestTimeout(timeout),
-                crate::platform_deadline::PlatformDeadline as fn(_) -> _,
-            ),
-            crate::platform_deadline::with_deadline,
-        )),
+        Some(timeout) => app
+            .layer(axum::middleware::from_fn_with_state(
+                crate::held_result::HoldPolicy {
+                    end_at_question: false,
+                },
+                crate::held_result::hold_within_deadline,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                (
+                    crate::platform_deadline::DeadlineSource::RequestTimeout(timeout),
+                    crate::platform_deadline::PlatformDeadline as fn(_) -> _,
+                ),
+                crate::platform_deadline::with_deadline,
+            )),
         None => app,
     };
     let listener = match tokio::net::TcpListener::bind(&listen).await {
@@ -246,7 +253,17 @@ async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
         }
     };
     use crate::platform_deadline::{DeadlineSource, PlatformDeadline, with_deadline};
+    // Layers run outside in: the payload limit, then the invocation's deadline, then the
+    // held tasks/result (which reads the deadline), then the server.
+    let hold = crate::held_result::HoldPolicy {
+        // A buffered response reaches the client only when it ends: a question must end it.
+        end_at_question: mode == InvokeMode::Buffered,
+    };
     let app = app
+        .layer(axum::middleware::from_fn_with_state(
+            hold,
+            crate::held_result::hold_within_deadline,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             (
                 DeadlineSource::LambdaInvocation,
