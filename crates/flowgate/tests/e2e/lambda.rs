@@ -702,3 +702,166 @@ async fn response_stream_mode_carries_what_buffered_mode_cannot() {
     }
     panic!("the task did not complete");
 }
+
+/// A 2025-11-25 request through the Function URL, signed as [`CALLER`], with `extra` headers.
+async fn post_2025(lambda: &Lambda, body: Value, extra: &[(&str, &str)]) -> Answer {
+    let mut headers = vec![("mcp-protocol-version", "2025-11-25")];
+    headers.extend_from_slice(extra);
+    lambda.post(Some("session-1"), &headers, &body).await
+}
+
+/// A GET of the Function URL's /mcp with `headers`, signed as [`CALLER`].
+async fn get_2025(lambda: &Lambda, headers: &[(&str, &str)]) -> Answer {
+    let mut req = reqwest::Client::new()
+        .get(format!("{}/mcp", lambda.signing_proxy))
+        .header("x-emulator-sign-as", "session-1")
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .timeout(Duration::from_secs(120));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let response = req.send().await.expect("the Function URL answers");
+    Answer {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        body: response.text().await.unwrap_or_default(),
+    }
+}
+
+/// The `id:` of the last event of an SSE body that has one.
+fn last_event_id(body: &str) -> Option<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .map(|v| v.trim().to_owned())
+        .last()
+}
+
+/// A 2025-11-25 client's tasks/result on a 6 s function while the task runs 10 s: each hold
+/// ends before the invocation's deadline without the answer (never the platform's timeout),
+/// the client reconnects with Last-Event-ID as the revision's resumable streams say, and the
+/// hold resumes in whichever process gets the request until the answer comes, under the
+/// original request id.
+#[tokio::test]
+async fn tasks_result_holds_end_before_the_deadline_and_resume() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            timeout_secs: 6.0,
+            invoke_mode: "RESPONSE_STREAM",
+            env: vec![
+                ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
+                (
+                    "FLOWGATE_LAMBDA_INVOKE_MODE".into(),
+                    "RESPONSE_STREAM".into(),
+                ),
+            ],
+            ..Config::default()
+        },
+    );
+    let created = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "long_job", "arguments": {"steps": 10}, "task": {}}}),
+        &[],
+    )
+    .await;
+    let task_id = created.json()["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {}", created.body))
+        .to_owned();
+    let mut answer = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 77, "method": "tasks/result", "params": {"taskId": task_id}}),
+        &[("accept", "application/json, text/event-stream")],
+    )
+    .await;
+    let mut resumes = 0;
+    loop {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert!(
+            answer.body.contains("retry:"),
+            "a resumable stream: {}",
+            answer.body
+        );
+        let last = answer.json();
+        if last.get("result").is_some() || last.get("error").is_some() {
+            assert_eq!(last["id"], 77, "the original request id: {last}");
+            assert_eq!(
+                last["result"]["structuredContent"],
+                json!({"steps": 10, "finished": true}),
+                "{last}"
+            );
+            break;
+        }
+        resumes += 1;
+        assert!(resumes < 10, "never finished: {}", answer.body);
+        let id = last_event_id(&answer.body).expect("an event id to resume from");
+        answer = get_2025(&lambda, &[("last-event-id", &id)]).await;
+    }
+    assert!(resumes >= 1, "the 10 s task outlived a 6 s invocation");
+    assert_eq!(
+        lambda.state().await["timeouts"],
+        0,
+        "no invocation ran into its deadline"
+    );
+}
+
+/// Behind a buffered Function URL the body reaches the client only when the invocation
+/// ends: tasks/result ends as soon as the task asks, with the question's elicitation/create in
+/// the body, so the client sees it, answers, and reconnects.
+#[tokio::test]
+async fn a_buffered_tasks_result_ends_at_the_question() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest = repo().join("tests/clients/tools.yaml");
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            timeout_secs: 20.0,
+            env: vec![
+                ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
+                ("FLOWGATE_MANIFEST".into(), manifest.display().to_string()),
+            ],
+            ..Config::default()
+        },
+    );
+    let created = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "approve_deploy", "arguments": {"service": "web"}, "task": {}}}),
+        &[],
+    )
+    .await;
+    let task_id = created.json()["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {}", created.body))
+        .to_owned();
+    let started = std::time::Instant::now();
+    let answer = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/result", "params": {"taskId": task_id}}),
+        &[("accept", "application/json, text/event-stream")],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer.body.contains("elicitation/create") && answer.body.contains("Deploy web"),
+        "the question is in the body: {}",
+        answer.body
+    );
+    assert!(
+        !answer.body.contains("\"result\""),
+        "and no answer yet: {}",
+        answer.body
+    );
+    assert!(
+        last_event_id(&answer.body).is_some(),
+        "with an id to resume from"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "it ended at the question, not at the deadline"
+    );
+    assert_eq!(lambda.state().await["timeouts"], 0);
+}
