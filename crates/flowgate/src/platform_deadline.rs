@@ -71,10 +71,13 @@ fn deadline_of(source: DeadlineSource, request: &Request) -> Option<Instant> {
     }
 }
 
-/// The middleware: the request's deadline into its extensions, as `mark` makes it (the
-/// server's `Deadline`).
+/// What [`with_deadline`] is given: where the deadline comes from, and how to mark a request
+/// with it (the server's `Deadline`).
+pub(crate) type DeadlineMarking<T> = (DeadlineSource, fn(Instant) -> T);
+
+/// The middleware: the request's deadline into its extensions, as `mark` makes it.
 pub(crate) async fn with_deadline<T>(
-    State((source, mark)): State<(DeadlineSource, fn(Instant) -> T)>,
+    State((source, mark)): State<DeadlineMarking<T>>,
     mut request: Request,
     next: Next,
 ) -> Response

@@ -90,7 +90,7 @@ impl Answer {
             .lines()
             .filter_map(|l| l.strip_prefix("data:"))
             .filter_map(|d| serde_json::from_str(d.trim()).ok())
-            .last()
+            .next_back()
             .unwrap_or(Value::String(self.body.clone()))
     }
 }
@@ -734,7 +734,7 @@ fn last_event_id(body: &str) -> Option<String> {
     body.lines()
         .filter_map(|l| l.strip_prefix("id:"))
         .map(|v| v.trim().to_owned())
-        .last()
+        .next_back()
 }
 
 /// A 2025-11-25 client's tasks/result on a 6 s function while the task runs 10 s: each hold
