@@ -64,7 +64,7 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
     #[cfg(feature = "gitlab-ci")]
     {
         let gitlab = targets(manifest, flowgate_gitlab_ci::KIND, |spec| {
-            flowgate_gitlab_ci::GitLabTarget::from_manifest(spec.config)
+            flowgate_gitlab_ci::GitLabTarget::from_manifest(spec)
         })?;
         if !gitlab.is_empty() {
             out.insert("gitlab".into(), flowgate_gitlab_ci::scopes(&gitlab));
