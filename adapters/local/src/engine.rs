@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::ask::{RUN_DIR_ENV, STATUS_FILE_ENV};
 use crate::config::BASE_ENV;
-use crate::run_dir::{Meta, RunDir, boot_id, write_atomic, write_private};
+use crate::run_dir::{Meta, RunDir, boot_id, read_small, write_atomic, write_private};
 use crate::state_dir::create_private_dir;
 use crate::{KIND, LocalConfig, LocalTarget};
 
@@ -58,25 +58,36 @@ impl LocalEngine {
         self.config.state_dir.join("runs")
     }
 
-    /// The run folder of a reference, or not-found for anything that is not a run id this
-    /// engine could have made (so no reference can point outside the state folder).
-    fn run(&self, execution: &ExecutionRef) -> Result<RunDir, EngineError> {
+    /// The run folder of a reference with its `meta.json`, or not-found for anything that is not
+    /// a run id this engine could have made (so no reference can point outside the state folder)
+    /// or whose record is not there. The record is read once: it is what a poll needs first.
+    fn open_run(&self, execution: &ExecutionRef) -> Result<(RunDir, Meta), EngineError> {
+        use std::io::ErrorKind;
         let id = &execution.0;
         let well_formed =
             (8..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-        let run = RunDir(self.runs_dir().join(id));
-        if !well_formed || !run.exists() {
+        if !well_formed {
             return Err(not_found(id));
         }
+        let run = RunDir(self.runs_dir().join(id));
+        let meta = match run.meta() {
+            Ok(meta) => meta,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::NotFound | ErrorKind::IsADirectory | ErrorKind::NotADirectory
+                ) =>
+            {
+                return Err(not_found(id));
+            }
+            Err(e) => return Err(io_error("cannot read the run record", e)),
+        };
         // A finished run past its ttl is gone, whether or not the sweep has come by yet.
-        if run
-            .meta()
-            .is_ok_and(|meta| expired(&run, &meta, Utc::now()))
-        {
+        if expired(&run, &meta, Utc::now()) {
             let _ = std::fs::remove_dir_all(&run.0);
             return Err(not_found(id));
         }
-        Ok(run)
+        Ok((run, meta))
     }
 }
 
@@ -90,6 +101,19 @@ pub(crate) fn expired(run: &RunDir, meta: &Meta, now: DateTime<Utc>) -> bool {
     matches!(run.exit_code(), Ok(Some(_)))
         || (run.process().is_some() && !group_is_ours(run, meta).is_some_and(group_alive))
 }
+
+/// The files whose changes make a run's `lastUpdatedAt`, in the order a poll looks at them.
+const RECORD_FILES: [&str; 6] = [
+    "status",
+    "stdout",
+    "stderr",
+    "exit",
+    "cancelled",
+    "questions",
+];
+/// Where `exit` and `cancelled` are in [`RECORD_FILES`].
+const EXIT: usize = 3;
+const CANCELLED: usize = 4;
 
 fn not_found(what: &str) -> EngineError {
     EngineError::NotFound {
@@ -120,7 +144,8 @@ fn to_utc(t: SystemTime) -> DateTime<Utc> {
 
 /// The start time (clock ticks after boot) of process `pid`, from `/proc/<pid>/stat`.
 fn process_start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let bytes = read_small(std::path::Path::new(&format!("/proc/{pid}/stat"))).ok()?;
+    let stat = std::str::from_utf8(&bytes).ok()?;
     // Fields after the command name (which may hold spaces and parentheses); the start time
     // is field 22 of the line, the 20th after the name.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -259,7 +284,7 @@ impl Engine for LocalEngine {
             command: self.target.command.clone(),
             created_at,
             principal_digest: request.principal_digest.clone(),
-            boot_id: boot_id(),
+            boot_id: boot_id().to_owned(),
             expires_at: request
                 .ttl_ms
                 .and_then(|ms| i64::try_from(ms).ok())
@@ -317,33 +342,36 @@ impl Engine for LocalEngine {
     }
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
-        let run = self.run(execution)?;
-        let meta = run
-            .meta()
-            .map_err(|e| io_error("cannot read the run record", e))?;
+        let (run, meta) = self.open_run(execution)?;
         let mut record = ExecutionRecord::new(TaskState::Working, "running", meta.created_at);
-        let files = [
-            "status",
-            "stdout",
-            "stderr",
-            "exit",
-            "cancelled",
-            "questions",
-        ];
         let read = |e| io_error("cannot read the run record", e);
-        let mut latest = None;
-        for f in files {
-            latest = latest.max(run.modified(f).map_err(read)?);
+        // When each file of the record last changed: the latest is the task's lastUpdatedAt.
+        let mut changed = [None; RECORD_FILES.len()];
+        for (at, f) in changed.iter_mut().zip(RECORD_FILES) {
+            *at = run.modified(f).map_err(read)?;
         }
-        record.updated_at = latest
+        record.updated_at = changed
+            .iter()
+            .flatten()
+            .max()
+            .copied()
             .map(to_utc)
             .unwrap_or(meta.created_at)
             .max(meta.created_at);
         record.status_message = run.status_line().map_err(read)?;
 
         let exit = run.exit_code().map_err(read)?;
-        let cancelled_at = run.modified("cancelled").map_err(read)?;
-        let finished_first = match (run.modified("exit").map_err(read)?, cancelled_at) {
+        // Once the exit is known, which of it and a cancel came first decides the state: both
+        // are looked at again after the exit was read. Without an exit, the times above serve.
+        let (exit_at, cancelled_at) = if exit.is_some() {
+            (
+                run.modified("exit").map_err(read)?,
+                run.modified("cancelled").map_err(read)?,
+            )
+        } else {
+            (changed[EXIT], changed[CANCELLED])
+        };
+        let finished_first = match (exit_at, cancelled_at) {
             (Some(exit_at), Some(cancel_at)) => exit_at <= cancel_at,
             (Some(_), None) => true,
             _ => false,
@@ -375,20 +403,23 @@ impl Engine for LocalEngine {
             return Ok(record);
         }
         let alive = group_is_ours(&run, &meta).is_some_and(group_alive);
-        if !alive && run.exit_code().map_err(read)?.is_none() {
-            record.state = TaskState::Failed;
-            record.engine_status = "vanished".into();
-            record.failure = Some(EngineFailure {
-                error: "the command ended without reporting an exit status".into(),
-                cause: Some(
-                    "its process group was killed from outside flowgate, or the machine restarted"
-                        .into(),
-                ),
-            });
-            return Ok(record);
-        }
         if !alive {
-            // The exit status landed between the two reads: read the record again.
+            // Gone without an exit status and without a cancel, both looked at after the group
+            // was found gone: vanished. Otherwise one of them landed meanwhile: read again.
+            let ended = run.exit_code().map_err(read)?.is_some()
+                || run.modified("cancelled").map_err(read)?.is_some();
+            if !ended {
+                record.state = TaskState::Failed;
+                record.engine_status = "vanished".into();
+                record.failure = Some(EngineFailure {
+                    error: "the command ended without reporting an exit status".into(),
+                    cause: Some(
+                        "its process group was killed from outside flowgate, or the machine restarted"
+                            .into(),
+                    ),
+                });
+                return Ok(record);
+            }
             return Box::pin(self.get(execution)).await;
         }
         let open: Vec<_> = run
@@ -418,7 +449,7 @@ impl Engine for LocalEngine {
         key: &str,
         response: InputResponse,
     ) -> Result<(), EngineError> {
-        let run = self.run(execution)?;
+        let (run, _) = self.open_run(execution)?;
         let n: u64 = key
             .strip_prefix('q')
             .and_then(|n| n.parse().ok())
@@ -437,7 +468,7 @@ impl Engine for LocalEngine {
     }
 
     async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
-        let run = self.run(execution)?;
+        let (run, meta) = self.open_run(execution)?;
         if run
             .has_ended()
             .map_err(|e| io_error("cannot read the run record", e))?
@@ -447,7 +478,7 @@ impl Engine for LocalEngine {
         write_atomic(&run.path("cancelled"), Utc::now().to_rfc3339().as_bytes())
             .map_err(|e| io_error("cannot record the cancel", e))?;
         // Never signal a group that is not provably this run's.
-        let Some(pgid) = run.meta().ok().and_then(|meta| group_is_ours(&run, &meta)) else {
+        let Some(pgid) = group_is_ours(&run, &meta) else {
             return Ok(());
         };
         let group = Pid::from_raw(pgid);
@@ -475,7 +506,7 @@ impl Engine for LocalEngine {
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .filter_map(|id| {
                 let execution = ExecutionRef(id);
-                let meta = self.run(&execution).ok()?.meta().ok()?;
+                let (_, meta) = self.open_run(&execution).ok()?;
                 Some((execution, meta))
             })
             .collect();

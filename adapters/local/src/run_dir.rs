@@ -60,10 +60,29 @@ pub(crate) fn write_private(path: &Path, contents: &[u8]) -> io::Result<()> {
     f.write_all(contents)
 }
 
-pub(crate) fn boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
+/// The kernel boot this process runs in. It cannot change while the process runs, so it is
+/// read once: every poll of a running task compares a run's boot id with it.
+pub(crate) fn boot_id() -> &'static str {
+    static BOOT_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT_ID.get_or_init(|| {
+        fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    })
+}
+
+/// The room [`read_small`] starts with: a run's small files (meta, pid, status) and a
+/// process's `/proc/<pid>/stat` fit, so each is read with one open and two reads.
+const SMALL_FILE: usize = 1024;
+
+/// A file's bytes, read without asking for its size first (`fs::read` does, one more system
+/// call on every read of every poll); larger files than [`SMALL_FILE`] grow the buffer.
+pub(crate) fn read_small(path: &Path) -> io::Result<Vec<u8>> {
+    let file = fs::File::open(path)?;
+    let mut bytes = Vec::with_capacity(SMALL_FILE);
+    // `Take` gives no size hint, so reading it asks the file nothing but `read`.
+    file.take(u64::MAX).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The text of at most [`MAX_STDOUT`] bytes of a `total`-byte output, and notes on what was
@@ -102,10 +121,6 @@ impl RunDir {
         self.0.join(name)
     }
 
-    pub(crate) fn exists(&self) -> bool {
-        self.path("meta.json").is_file()
-    }
-
     /// A file of the run, `None` when it does not exist (yet). Any other failure to read it
     /// (a full file table, an I/O error) is an error: a record is never built from a read
     /// that failed, so a passing fault cannot turn into a wrong result.
@@ -122,8 +137,8 @@ impl RunDir {
 
     /// The process group id and its leader's start time, as recorded at spawn.
     pub(crate) fn process(&self) -> Option<(i32, u64)> {
-        let text = fs::read_to_string(self.path("pid")).ok()?;
-        let mut parts = text.split_whitespace();
+        let bytes = read_small(&self.path("pid")).ok()?;
+        let mut parts = std::str::from_utf8(&bytes).ok()?.split_whitespace();
         let pgid = parts.next()?.parse().ok()?;
         let started = parts.next()?.parse().ok()?;
         Some((pgid, started))
@@ -298,7 +313,7 @@ impl RunDir {
 /// A file's bytes, `None` when it does not exist; other failures are errors.
 fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
     faults::check(path)?;
-    match fs::read(path) {
+    match read_small(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
@@ -389,6 +404,26 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// `read_small` starts with room for small files only: a larger file (a run's stdout)
+    /// still comes back whole, and an empty one empty.
+    #[test]
+    fn read_small_reads_files_larger_than_its_first_buffer_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big: Vec<u8> = (0..3 * SMALL_FILE + 7).map(|i| (i % 251) as u8).collect();
+        fs::write(dir.path().join("big"), &big).expect("write");
+        fs::write(dir.path().join("empty"), b"").expect("write");
+        assert_eq!(read_small(&dir.path().join("big")).expect("read"), big);
+        assert!(
+            read_small(&dir.path().join("empty"))
+                .expect("read")
+                .is_empty()
+        );
+        assert_eq!(
+            read_small(&dir.path().join("missing")).map_err(|e| e.kind()),
+            Err(io::ErrorKind::NotFound)
+        );
     }
 
     #[test]

@@ -140,7 +140,7 @@ async fn cancel_stops_the_whole_process_group() {
     );
     let x = start(&e, json!({})).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let run = e.run(&x).expect("run");
+    let run = e.open_run(&x).expect("run").0;
     let pgid = run.process().expect("pgid").0;
     assert!(group_alive(pgid));
     e.cancel(&x).await.expect("cancel");
@@ -158,7 +158,7 @@ async fn the_supervisor_kills_a_command_that_ignores_sigterm_without_the_server(
     let e = engine(dir.path(), "trap '' TERM; sleep 300 & sleep 300; wait");
     let x = start(&e, json!({})).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let pgid = e.run(&x).expect("run").process().expect("pgid").0;
+    let pgid = e.open_run(&x).expect("run").0.process().expect("pgid").0;
     assert!(group_alive(pgid));
     // Only the TERM, as `cancel` sends it; no engine task is left to send the KILL.
     killpg(Pid::from_raw(pgid), Signal::SIGTERM).expect("SIGTERM");
@@ -186,7 +186,7 @@ async fn a_run_killed_from_outside_is_reported_not_left_working() {
     let e = engine(dir.path(), "sleep 60");
     let x = start(&e, json!({})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let pgid = e.run(&x).expect("run").process().expect("pgid").0;
+    let pgid = e.open_run(&x).expect("run").0.process().expect("pgid").0;
     killpg(Pid::from_raw(pgid), Signal::SIGKILL).expect("kill");
     let r = wait_terminal(&e, &x).await;
     assert_eq!(r.state, TaskState::Failed, "{r:?}");
@@ -223,7 +223,7 @@ async fn questions_are_listed_answered_once_and_unknown_keys_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = engine(dir.path(), "sleep 30");
     let x = start(&e, json!({})).await;
-    let run = e.run(&x).expect("run");
+    let run = e.open_run(&x).expect("run").0;
     let q = crate::run_dir::Question {
         message: "Ok?".into(),
         requested_schema: json!({"type": "object"}),
@@ -345,7 +345,7 @@ async fn run_folders_and_files_are_private() {
     );
     let x = start(&e, json!({"name": "it"})).await;
     wait_terminal(&e, &x).await;
-    let run = e.run(&x).expect("run");
+    let run = e.open_run(&x).expect("run").0;
     let mode =
         |p: &std::path::Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
     assert_eq!(mode(&run.0), 0o700, "run folder");
@@ -363,7 +363,7 @@ async fn cancel_never_signals_a_group_that_is_not_the_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = engine(dir.path(), "sleep 30");
     let x = start(&e, json!({})).await;
-    let run = e.run(&x).expect("run");
+    let run = e.open_run(&x).expect("run").0;
     let (pgid, _) = run.process().expect("pid");
     // Another process group, standing in for someone else's processes.
     use std::os::unix::process::CommandExt;
