@@ -277,7 +277,7 @@ impl Engine for GitLabEngine {
         .map_err(Self::invalid)?;
         variables.retain(|(k, _)| !k.starts_with("FLOWGATE_"));
         variables.push((KEY_VAR.into(), request.idempotency_key.to_string()));
-        variables.push((PRINCIPAL_VAR.into(), request.principal_digest.clone()));
+        variables.push((PRINCIPAL_VAR.into(), request.principal_tag.clone()));
         variables.push((TOOL_VAR.into(), request.tool.clone()));
 
         // Exactly once: an earlier attempt of this call may have created the pipeline and
@@ -437,7 +437,7 @@ impl Engine for GitLabEngine {
                 .find(|v| v.key == PRINCIPAL_VAR)
                 .and_then(|v| v.value.as_deref());
             let wanted = filter
-                .principal_digest
+                .principal_tag
                 .as_deref()
                 .is_none_or(|d| principal == Some(d));
             if ours && wanted {

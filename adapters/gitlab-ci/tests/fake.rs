@@ -45,7 +45,7 @@ async fn start(e: &GitLabEngine, args: Value) -> ExecutionRef {
     let request = StartRequest {
         tool: "t".into(),
         arguments: args,
-        principal_digest: "p".into(),
+        principal_tag: "p".into(),
         idempotency_key: IdempotencyKey::new(),
         ttl_ms: None,
     };
