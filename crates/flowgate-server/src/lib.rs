@@ -6,27 +6,41 @@
 //! `tasks/update` and `tasks/cancel` open it and ask the engine, so any instance answers for any
 //! task and a restart loses nothing.
 //!
-//! - [`FlowgateServer`]: the `rmcp::ServerHandler` (tools/list, tools/call, tasks/*).
-//! - [`ToolSet`]: manifest tools bound to their engines, with their compiled schemas.
-//! - [`http`]: stateless Streamable HTTP at `/mcp`; [`stdio`]: the same server over stdio.
+//! Layered from the engines up, each module depending only on those below it:
+//!
+//! - [`ToolSet`] (`tools`, `output`): manifest tools bound to their engines, with their
+//!   compiled schemas and the output schema enforced on every result.
+//! - [`Caller`]: who is calling, as the transport established it.
+//! - [`FlowgateServer`] (`server`) and the task operations, which take a [`Caller`] and no
+//!   transport's types: `calls` (`tools/call`, with `mrtr` for arguments asked for first),
+//!   `tasks` (`tasks/get`, `update`, `cancel`, the listing), `wait` (the one wait until an
+//!   execution finishes), with `retry`, `errors`, `answers`, `hang_up` and `audit` beneath.
+//! - The dialects: `mcp`, rmcp's `ServerHandler` (the 2026-07-28 wire, and older clients'
+//!   synchronous calls), and `dialect_2025` (the 2025-11-25 tasks revision), both over the
+//!   same operations; `jsonrpc` is the one parse of a message they share.
+//! - The transports: [`http`] (stateless Streamable HTTP at `/mcp`) and [`stdio`].
 
 mod answers;
 mod audit;
+mod caller;
 mod calls;
-mod client;
+mod dialect_2025;
 mod errors;
-mod handler;
 mod hang_up;
 pub mod http;
+mod jsonrpc;
+mod mcp;
 mod mrtr;
 mod output;
 mod params;
-mod principal;
 mod retry;
+mod server;
 pub mod stdio;
 mod tasks;
 mod tools;
+mod wait;
 
-pub use handler::{FlowgateServer, ServerOptions};
-pub use principal::ANONYMOUS;
+pub use caller::Caller;
+pub use flowgate_auth::principal::ANONYMOUS;
+pub use server::{FlowgateServer, ServerOptions};
 pub use tools::{ToolEntry, ToolSet};

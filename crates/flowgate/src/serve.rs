@@ -101,8 +101,8 @@ async fn serve(args: ServeArgs) -> ExitCode {
     scopes.sort();
     scopes.dedup();
     let lambda = std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some() && !args.stdio;
-    let protection = match crate::auth::from_args(&args, scopes, lambda) {
-        Ok(p) => p,
+    let identity = match crate::auth::from_args(&args, scopes, lambda) {
+        Ok(identity) => identity,
         Err(e) => {
             eprintln!("flowgate: {e}");
             return ExitCode::FAILURE;
@@ -110,7 +110,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
     };
     let (listen, from_port) = listen_address(args.listen.clone());
     if !args.stdio
-        && protection.mode.is_none()
+        && identity.is_none()
         && let Some(why) = crate::auth::exposure(lambda, &listen, from_port)
     {
         if !args.allow_unauthenticated {
@@ -122,8 +122,8 @@ async fn serve(args: ServeArgs) -> ExitCode {
              front must check every caller"
         );
     }
-    if let Some(mode) = protection.mode {
-        tracing::info!(auth_mode = mode, "callers are authenticated");
+    if let Some(identity) = &identity {
+        tracing::info!(auth_mode = %identity.mode(), "callers are authenticated");
     }
     let server = FlowgateServer::new(tools, keys, options);
     if args.stdio {
@@ -143,8 +143,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
             allowed_hosts: args.allowed_hosts,
             allowed_origins,
             shutdown: shutdown.clone(),
-            auth: protection.oauth,
-            identity: protection.platform,
+            identity,
         },
     );
     if lambda {
