@@ -44,8 +44,8 @@ pub const KIND: &str = "github-actions";
 pub fn register(registry: &mut flowgate_core::Registry) {
     registry.register(
         KIND,
-        Box::new(|target, _base_dir| {
-            let target = GhTarget::from_manifest(target)?;
+        Box::new(|spec| {
+            let target = GhTarget::from_manifest(spec.config)?;
             if let Some((key, message)) = target.missing_credentials() {
                 return Err(flowgate_core::TargetError::at(key, message));
             }

@@ -80,6 +80,7 @@ async fn github_engine_passes_the_conformance_suite_on_the_fake() {
                 fake.hook("lose-next-dispatch-answer", json!({}));
             }
         }))),
+        transient_read_fault: None,
     };
     run_all(&fixture).await;
 }

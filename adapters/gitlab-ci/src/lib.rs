@@ -37,8 +37,8 @@ pub const KIND: &str = "gitlab-ci";
 pub fn register(registry: &mut flowgate_core::Registry) {
     registry.register(
         KIND,
-        Box::new(|target, _base_dir| {
-            let target = GitLabTarget::from_manifest(target)?;
+        Box::new(|spec| {
+            let target = GitLabTarget::from_manifest(spec.config)?;
             let engine = GitLabEngine::new(target)
                 .map_err(|e| flowgate_core::TargetError::whole(e.to_string()))?;
             Ok(std::sync::Arc::new(engine) as std::sync::Arc<dyn flowgate_core::Engine>)

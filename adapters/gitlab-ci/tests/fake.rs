@@ -118,6 +118,7 @@ async fn gitlab_engine_passes_the_conformance_suite_on_the_fake() {
         answer: json!({"approver": "Alice"}),
         timeout: Duration::from_secs(20),
         lose_next_start_answer: Some(lose),
+        transient_read_fault: None,
     };
     run_all(&fixture).await;
     let created = fake.hook("counts", json!({}))["pipelines_created"]

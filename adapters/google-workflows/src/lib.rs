@@ -37,8 +37,8 @@ pub const KIND: &str = "google-workflows";
 pub fn register(registry: &mut flowgate_core::Registry) {
     registry.register(
         KIND,
-        Box::new(|target, _base_dir| {
-            let target = GcwTarget::from_manifest(target)?;
+        Box::new(|spec| {
+            let target = GcwTarget::from_manifest(spec.config)?;
             Ok(std::sync::Arc::new(WorkflowsEngine::new(target))
                 as std::sync::Arc<dyn flowgate_core::Engine>)
         }),

@@ -97,6 +97,25 @@ pub fn target(url: &str, workflow: &str, extra: Value) -> GcwTarget {
     GcwTarget::from_manifest(v.as_object().expect("object")).expect("target")
 }
 
+/// A hook for the engine conformance suite: transient read faults (503 UNAVAILABLE) the fake
+/// stages for the reads of one project's executions and callbacks.
+///
+/// # Panics
+/// When the fake cannot be reached.
+pub fn transient_read_fault(
+    url: &str,
+    project: &str,
+) -> flowgate_core::conformance::TransientReadFault {
+    let (url, project) = (url.to_owned(), project.to_owned());
+    flowgate_core::conformance::TransientReadFault(std::sync::Arc::new(move |skip| {
+        fake_control(
+            &url,
+            "/fake/read-fault",
+            &json!({"project": project, "skip": skip}),
+        );
+    }))
+}
+
 /// A hook that makes the fake's next `executions.create` take effect and lose its answer.
 ///
 /// # Panics

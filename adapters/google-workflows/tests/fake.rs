@@ -8,16 +8,23 @@ use flowgate_core::conformance::{Case, Fixture, run_all};
 use flowgate_core::{Engine, ListFilter, StartRequest, TaskState};
 use flowgate_google_workflows::WorkflowsEngine;
 use flowgate_google_workflows::testing::{
-    fake_url, lose_next_start_answer, make_unavailable, set_backlog, target,
+    fake_url, lose_next_start_answer, make_unavailable, set_backlog, target, transient_read_fault,
 };
 use serde_json::json;
 
 fn case(url: &str, workflow: &str, arguments: serde_json::Value) -> Case {
     Case {
-        engine: Arc::new(WorkflowsEngine::new(target(url, workflow, json!({})))),
+        engine: Arc::new(WorkflowsEngine::new(target(
+            url,
+            workflow,
+            json!({"project": CONFORMANCE_PROJECT}),
+        ))),
         arguments,
     }
 }
+
+/// The suite's own project, so the read faults it stages never reach other tests' reads.
+const CONFORMANCE_PROJECT: &str = "flowgate-conformance";
 
 #[tokio::test]
 async fn workflows_engine_passes_the_conformance_suite_on_the_fake() {
@@ -32,6 +39,7 @@ async fn workflows_engine_passes_the_conformance_suite_on_the_fake() {
         answer: json!({"answer": "Alice"}),
         timeout: Duration::from_secs(15),
         lose_next_start_answer: Some(lose_next_start_answer(&url)),
+        transient_read_fault: Some(transient_read_fault(&url, CONFORMANCE_PROJECT)),
     };
     run_all(&fixture).await;
 }

@@ -45,6 +45,10 @@ pub enum AskError {
     /// No answer in time.
     #[error("no answer within {0:?}")]
     TimedOut(Duration),
+    /// The recorded answer is not a form answer to the question (the server checks every
+    /// answer before recording it; this guards a run folder written some other way).
+    #[error("the answer is not a form answer to the question: {0}")]
+    Malformed(String),
 }
 
 /// The run folder named by the environment.
@@ -58,7 +62,8 @@ pub fn run_dir_from_env() -> Result<PathBuf, AskError> {
 }
 
 /// Asks `message` with `schema` in the run at `run_dir`, waits for the answer, and returns the
-/// accepted content.
+/// accepted content: a flat object holding only the asked fields (MCP's form answer shape,
+/// checked again here), `{}` for an accepted empty form.
 ///
 /// # Errors
 /// Declined, cancelled, timed out, or the run folder is unusable.
@@ -71,13 +76,18 @@ pub fn ask(
     let run = RunDir(run_dir);
     let n = run.ask(&Question {
         message: message.to_owned(),
-        requested_schema: schema,
+        requested_schema: schema.clone(),
     })?;
     let started = Instant::now();
     loop {
-        if let Some(InputResponse { action, content }) = run.read_answer(n) {
+        if let Some(response) = run.read_answer(n) {
+            let problems = response.form_problems(&schema);
+            if !problems.is_empty() {
+                return Err(AskError::Malformed(problems.join("; ")));
+            }
+            let InputResponse { action, content } = response;
             return match action {
-                Action::Accept => Ok(content.unwrap_or(Value::Null)),
+                Action::Accept => Ok(content.unwrap_or_else(|| json!({}))),
                 Action::Decline => Err(AskError::Declined),
                 Action::Cancel => Err(AskError::Cancelled),
             };

@@ -87,7 +87,7 @@ pub(crate) fn expired(run: &RunDir, meta: &Meta, now: DateTime<Utc>) -> bool {
     if meta.expires_at.is_none_or(|at| at > now) {
         return false;
     }
-    run.exit_code().is_some()
+    matches!(run.exit_code(), Ok(Some(_)))
         || (run.process().is_some() && !group_is_ours(run, meta).is_some_and(group_alive))
 }
 
@@ -330,16 +330,20 @@ impl Engine for LocalEngine {
             "cancelled",
             "questions",
         ];
-        let latest = files.iter().filter_map(|f| run.modified(f)).max();
+        let read = |e| io_error("cannot read the run record", e);
+        let mut latest = None;
+        for f in files {
+            latest = latest.max(run.modified(f).map_err(read)?);
+        }
         record.updated_at = latest
             .map(to_utc)
             .unwrap_or(meta.created_at)
             .max(meta.created_at);
-        record.status_message = run.status_line();
+        record.status_message = run.status_line().map_err(read)?;
 
-        let exit = run.exit_code();
-        let cancelled_at = run.modified("cancelled");
-        let finished_first = match (run.modified("exit"), cancelled_at) {
+        let exit = run.exit_code().map_err(read)?;
+        let cancelled_at = run.modified("cancelled").map_err(read)?;
+        let finished_first = match (run.modified("exit").map_err(read)?, cancelled_at) {
             (Some(exit_at), Some(cancel_at)) => exit_at <= cancel_at,
             (Some(_), None) => true,
             _ => false,
@@ -348,7 +352,7 @@ impl Engine for LocalEngine {
             if code == 0 {
                 record.state = TaskState::Completed;
                 record.engine_status = "exited 0".into();
-                record.output = Some(run.output());
+                record.output = Some(run.output().map_err(read)?);
             } else {
                 record.state = TaskState::Failed;
                 record.engine_status = format!("exited {code}");
@@ -357,7 +361,7 @@ impl Engine for LocalEngine {
                 } else {
                     format!("exit status {code}")
                 };
-                let tail = run.stderr_tail();
+                let tail = run.stderr_tail().map_err(read)?;
                 record.failure = Some(EngineFailure {
                     error,
                     cause: (!tail.is_empty()).then_some(tail),
@@ -371,7 +375,7 @@ impl Engine for LocalEngine {
             return Ok(record);
         }
         let alive = group_is_ours(&run, &meta).is_some_and(group_alive);
-        if !alive && run.exit_code().is_none() {
+        if !alive && run.exit_code().map_err(read)?.is_none() {
             record.state = TaskState::Failed;
             record.engine_status = "vanished".into();
             record.failure = Some(EngineFailure {
@@ -389,6 +393,7 @@ impl Engine for LocalEngine {
         }
         let open: Vec<_> = run
             .questions()
+            .map_err(read)?
             .into_iter()
             .filter(|(_, _, answered)| !answered)
             .collect();
@@ -418,7 +423,10 @@ impl Engine for LocalEngine {
             .strip_prefix('q')
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| not_found(key))?;
-        if run.exit_code().is_some() || run.modified("cancelled").is_some() {
+        if run
+            .has_ended()
+            .map_err(|e| io_error("cannot read the run record", e))?
+        {
             return Err(not_found(key));
         }
         match run.answer(n, &response) {
@@ -430,7 +438,10 @@ impl Engine for LocalEngine {
 
     async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
         let run = self.run(execution)?;
-        if run.exit_code().is_some() || run.modified("cancelled").is_some() {
+        if run
+            .has_ended()
+            .map_err(|e| io_error("cannot read the run record", e))?
+        {
             return Ok(());
         }
         write_atomic(&run.path("cancelled"), Utc::now().to_rfc3339().as_bytes())

@@ -42,8 +42,8 @@ pub fn register(registry: &mut flowgate_core::Registry, config: LocalConfig) {
     let shared = std::sync::Arc::new(config);
     registry.register(
         KIND,
-        Box::new(move |target, base_dir| {
-            let target = LocalTarget::from_manifest(target, base_dir)?;
+        Box::new(move |spec| {
+            let target = LocalTarget::from_manifest(spec.config, spec.base_dir)?;
             Ok(
                 std::sync::Arc::new(LocalEngine::new(shared.clone(), target))
                     as std::sync::Arc<dyn flowgate_core::Engine>,

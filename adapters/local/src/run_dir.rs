@@ -109,8 +109,17 @@ impl RunDir {
         self.path("meta.json").is_file()
     }
 
+    /// A file of the run, `None` when it does not exist (yet). Any other failure to read it
+    /// (a full file table, an I/O error) is an error: a record is never built from a read
+    /// that failed, so a passing fault cannot turn into a wrong result.
+    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        read_optional(&self.path(name))
+    }
+
     pub(crate) fn meta(&self) -> io::Result<Meta> {
-        let bytes = fs::read(self.path("meta.json"))?;
+        let bytes = self
+            .read("meta.json")?
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         serde_json::from_slice(&bytes).map_err(io::Error::other)
     }
 
@@ -123,37 +132,61 @@ impl RunDir {
         Some((pgid, started))
     }
 
-    /// The exit status, once the supervisor has written it.
-    pub(crate) fn exit_code(&self) -> Option<i32> {
-        fs::read_to_string(self.path("exit"))
-            .ok()?
+    /// The exit status, once the supervisor has written it (atomically: a file that exists
+    /// holds a whole number).
+    pub(crate) fn exit_code(&self) -> io::Result<Option<i32>> {
+        let Some(bytes) = self.read("exit")? else {
+            return Ok(None);
+        };
+        String::from_utf8_lossy(&bytes)
             .trim()
             .parse()
-            .ok()
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
-    pub(crate) fn modified(&self, name: &str) -> Option<SystemTime> {
-        fs::metadata(self.path(name))
-            .and_then(|m| m.modified())
-            .ok()
+    /// Whether the run has exited or been cancelled.
+    pub(crate) fn has_ended(&self) -> io::Result<bool> {
+        Ok(self.exit_code()?.is_some() || self.modified("cancelled")?.is_some())
+    }
+
+    /// When a file of the run last changed, `None` when it does not exist.
+    pub(crate) fn modified(&self, name: &str) -> io::Result<Option<SystemTime>> {
+        match fs::metadata(self.path(name)).and_then(|m| m.modified()) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The last non-empty line of the status file.
-    pub(crate) fn status_line(&self) -> Option<String> {
-        let text = fs::read_to_string(self.path("status")).ok()?;
-        let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
-        Some(line.chars().take(500).collect())
+    pub(crate) fn status_line(&self) -> io::Result<Option<String>> {
+        let Some(bytes) = self.read("status")? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        Ok(text
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|line| line.chars().take(500).collect()))
     }
 
     /// stdout: JSON when it parses as JSON, else the text without its trailing newline. No
     /// byte is dropped silently: invalid UTF-8 becomes U+FFFD and output past the cap is cut at
     /// a character boundary, each with a note at the end saying so.
-    pub(crate) fn output(&self) -> Value {
+    pub(crate) fn output(&self) -> io::Result<Value> {
         let mut bytes = Vec::new();
         let mut total = 0;
-        if let Ok(f) = fs::File::open(self.path("stdout")) {
-            total = f.metadata().map(|m| m.len()).unwrap_or_default();
-            let _ = f.take(MAX_STDOUT).read_to_end(&mut bytes);
+        faults::check(&self.path("stdout"))?;
+        match fs::File::open(self.path("stdout")) {
+            Ok(f) => {
+                total = f.metadata()?.len();
+                f.take(MAX_STDOUT).read_to_end(&mut bytes)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
         let (text, notes) = decode_output(&bytes, total);
         let trimmed = text.trim();
@@ -161,7 +194,7 @@ impl RunDir {
             && let Ok(v @ (Value::Object(_) | Value::Array(_))) =
                 serde_json::from_str::<Value>(trimmed)
         {
-            return v;
+            return Ok(v);
         }
         let mut text = text.trim_end_matches(['\n', '\r']).to_owned();
         for note in notes {
@@ -169,39 +202,50 @@ impl RunDir {
             text.push_str(&note);
             text.push(']');
         }
-        Value::String(text)
+        Ok(Value::String(text))
     }
 
     /// The last few KiB of stderr.
-    pub(crate) fn stderr_tail(&self) -> String {
-        let Ok(bytes) = fs::read(self.path("stderr")) else {
-            return String::new();
+    pub(crate) fn stderr_tail(&self) -> io::Result<String> {
+        let Some(bytes) = self.read("stderr")? else {
+            return Ok(String::new());
         };
         let start = bytes.len().saturating_sub(MAX_STDERR_TAIL as usize);
-        String::from_utf8_lossy(&bytes[start..]).trim().to_owned()
+        Ok(String::from_utf8_lossy(&bytes[start..]).trim().to_owned())
     }
 
     fn questions_dir(&self) -> PathBuf {
         self.path("questions")
     }
 
-    /// Every question asked so far, by number, with whether it has been answered.
-    pub(crate) fn questions(&self) -> Vec<(u64, Question, bool)> {
-        let Ok(entries) = fs::read_dir(self.questions_dir()) else {
-            return Vec::new();
+    /// Every question asked so far, by number, with whether it has been answered. A question
+    /// whose folder exists but whose `question.json` is not there yet (`flowgate ask` is
+    /// between the two steps) is not asked yet.
+    pub(crate) fn questions(&self) -> io::Result<Vec<(u64, Question, bool)>> {
+        let entries = match fs::read_dir(self.questions_dir()) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
         };
-        let mut out: Vec<_> = entries
-            .filter_map(Result::ok)
-            .filter_map(|e| {
-                let n: u64 = e.file_name().to_str()?.parse().ok()?;
-                let bytes = fs::read(e.path().join("question.json")).ok()?;
-                let q: Question = serde_json::from_slice(&bytes).ok()?;
-                let answered = e.path().join("answer.json").exists();
-                Some((n, q, answered))
-            })
-            .collect();
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let Some(n) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let Some(bytes) = read_optional(&entry.path().join("question.json"))? else {
+                continue;
+            };
+            let q: Question = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
+            let answered = entry.path().join("answer.json").try_exists()?;
+            out.push((n, q, answered));
+        }
         out.sort_by_key(|(n, _, _)| *n);
-        out
+        Ok(out)
     }
 
     /// Records a question under the next free number and returns that number.
@@ -254,6 +298,58 @@ impl RunDir {
     }
 }
 
+/// A file's bytes, `None` when it does not exist; other failures are errors.
+fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    faults::check(path)?;
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Transient read faults staged by the tests (the conformance suite's
+/// `TransientReadFault`): a read of a run's file under an armed state folder fails once
+/// `skip` reads have passed. Outside tests every check passes.
+#[cfg(test)]
+pub(crate) mod faults {
+    use std::io;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    static ARMED: Mutex<Vec<(PathBuf, u32)>> = Mutex::new(Vec::new());
+
+    /// Arms (`Some(skip)`) or disarms (`None`) a fault for the runs under `root`.
+    pub(crate) fn arm(root: &Path, skip: Option<u32>) {
+        let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
+        armed.retain(|(r, _)| r != root);
+        if let Some(skip) = skip {
+            armed.push((root.to_owned(), skip));
+        }
+    }
+
+    pub(super) fn check(path: &Path) -> io::Result<()> {
+        let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = armed.iter().position(|(root, _)| path.starts_with(root)) else {
+            return Ok(());
+        };
+        if armed[i].1 == 0 {
+            armed.remove(i);
+            return Err(io::Error::other("a staged transient read fault"));
+        }
+        armed[i].1 -= 1;
+        Ok(())
+    }
+}
+
+#[cfg(not(test))]
+mod faults {
+    #[inline(always)]
+    pub(super) fn check(_: &std::path::Path) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,7 +385,7 @@ mod tests {
             "first answer wins"
         );
         assert_eq!(run.read_answer(n), Some(first));
-        assert!(run.questions()[0].2);
+        assert!(run.questions().expect("questions")[0].2);
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(qdir.join("answer.json"))
             .expect("answer")

@@ -1,6 +1,7 @@
 //! A tool's Step Functions target, from its manifest.
 
-use flowgate_core::{TargetError, parse_target};
+use flowgate_core::template::Template;
+use flowgate_core::{TargetError, TargetSpec, parse_target};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -30,10 +31,11 @@ pub struct SfnTarget {
     /// A role to assume for this tool's calls.
     #[serde(default)]
     pub role_arn: Option<String>,
-    /// An execution-name template such as `deploy-{service}-{version}`: a retried call with the
+    /// An execution-name template such as `deploy-{service}-{version}` (flowgate's one
+    /// template language, checked against the tool's input schema): a retried call with the
     /// same arguments reaches the same execution instead of starting a second one.
     #[serde(default)]
-    pub execution_name: Option<String>,
+    pub execution_name: Option<Template>,
     /// Wrap the arguments as `{<input_key>: arguments}` instead of passing them as the input.
     #[serde(default)]
     pub input_key: Option<String>,
@@ -54,12 +56,24 @@ fn yes() -> bool {
 }
 
 impl SfnTarget {
-    /// Reads a manifest `target` block (without its `engine` key).
+    /// Reads a tool's `target` block (without its `engine` key), binding its templates to the
+    /// tool's input schema.
     ///
     /// # Errors
     /// A [`TargetError`] naming the offending key.
-    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, TargetError> {
-        let t: SfnTarget = parse_target(crate::KIND, target)?;
+    pub fn from_manifest(spec: TargetSpec<'_>) -> Result<Self, TargetError> {
+        Self::from_config(spec.config, spec.input_schema)
+    }
+
+    /// [`SfnTarget::from_manifest`] from the block and the schema alone.
+    ///
+    /// # Errors
+    /// A [`TargetError`] naming the offending key.
+    pub fn from_config(
+        target: &Map<String, Value>,
+        input_schema: &Map<String, Value>,
+    ) -> Result<Self, TargetError> {
+        let mut t: SfnTarget = parse_target(crate::KIND, target)?;
         let parts: Vec<&str> = t.state_machine_arn.split(':').collect();
         if !(7..=8).contains(&parts.len())
             || parts[0] != "arn"
@@ -75,13 +89,14 @@ impl SfnTarget {
                 ),
             ));
         }
-        if let Some(template) = &t.execution_name {
-            crate::mapping::check_template(template).map_err(|e| {
+        if let Some(template) = t.execution_name.take() {
+            let template = template.bind(input_schema).map_err(|e| {
                 TargetError::at(
                     "execution_name",
                     format!("stepfunctions target: execution_name: {e}"),
                 )
             })?;
+            t.execution_name = Some(template);
         }
         if t.output_pointer
             .as_ref()
@@ -151,7 +166,11 @@ mod tests {
     }
 
     fn parse_typed(v: Value) -> Result<SfnTarget, TargetError> {
-        SfnTarget::from_manifest(v.as_object().expect("object"))
+        let schema = json!({"type": "object", "properties": {"a": {}, "day": {}}});
+        SfnTarget::from_config(
+            v.as_object().expect("object"),
+            schema.as_object().expect("object"),
+        )
     }
 
     #[test]
@@ -205,6 +224,11 @@ mod tests {
                 .contains("not a state machine ARN")
         );
         assert!(parse(json!({"state_machine_arn": ARN, "execution_name": "x-{a"})).is_err());
+        assert!(parse(json!({"state_machine_arn": ARN, "execution_name": "x-{a}"})).is_ok());
+        let e = parse_typed(json!({"state_machine_arn": ARN, "execution_name": "x-{dya}"}))
+            .expect_err("undeclared");
+        assert_eq!(e.key.as_deref(), Some("execution_name"));
+        assert!(e.message.contains("names no argument"), "{e}");
         assert!(parse(json!({"state_machine_arn": ARN, "output_pointer": "summary"})).is_err());
         assert!(parse(json!({"state_machine_arn": ARN, "type": "express"})).is_ok());
     }

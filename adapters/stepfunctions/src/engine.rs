@@ -271,18 +271,22 @@ impl StepFunctionsEngine {
     }
 
     fn name_for(&self, request: &StartRequest) -> Result<String, EngineError> {
-        match &self.target.execution_name {
-            Some(template) => {
-                mapping::render_name(template, &request.arguments).map_err(|message| {
-                    EngineError::InvalidInput {
-                        engine: KIND,
-                        message,
-                    }
+        let rendered = self
+            .target
+            .execution_name
+            .as_ref()
+            .and_then(|template| template.render(&request.arguments));
+        match rendered {
+            Some(rendered) => {
+                mapping::execution_name(&rendered).map_err(|message| EngineError::InvalidInput {
+                    engine: KIND,
+                    message,
                 })
             }
-            // The call's key as the name: a retried start is the same named start, which
-            // Step Functions answers with the execution the first attempt made. The principal's
-            // tag in front is what `list` filters by (executions cannot be tagged).
+            // No template, or one naming an optional argument the call left out (with no
+            // default): the call's key as the name. A retried start is the same named start,
+            // which Step Functions answers with the execution the first attempt made. The
+            // principal's tag in front is what `list` filters by (executions cannot be tagged).
             None => Ok(format!(
                 "{}{}",
                 principal_prefix(&request.principal_tag),

@@ -91,8 +91,8 @@ pub const KIND: &str = "stepfunctions";
 pub fn register(registry: &mut flowgate_core::Registry) {
     registry.register(
         KIND,
-        Box::new(|target, _base_dir| {
-            let target = SfnTarget::from_manifest(target)?;
+        Box::new(|spec| {
+            let target = SfnTarget::from_manifest(spec)?;
             Ok(std::sync::Arc::new(StepFunctionsEngine::new(target))
                 as std::sync::Arc<dyn flowgate_core::Engine>)
         }),

@@ -124,7 +124,8 @@ mod tests {
         if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
             m.extend(e);
         }
-        SfnTarget::from_manifest(v.as_object().expect("object")).expect("target")
+        SfnTarget::from_config(v.as_object().expect("object"), &serde_json::Map::new())
+            .expect("target")
     }
 
     #[test]

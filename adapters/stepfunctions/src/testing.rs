@@ -222,20 +222,18 @@ impl ProxyScope {
     pub fn lose_next_start_answer(&self) -> flowgate_core::conformance::LoseNextStartAnswer {
         let arm = format!("{}/drop/StartExecution", self.control);
         flowgate_core::conformance::LoseNextStartAnswer(std::sync::Arc::new(move || {
-            use std::io::{Read, Write};
-            let rest = arm.trim_start_matches("http://");
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            let mut stream =
-                std::net::TcpStream::connect(authority).expect("the proxy is reachable");
-            write!(
-                stream,
-                "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            )
-            .expect("write to the proxy");
-            let mut answer = String::new();
-            stream
-                .read_to_string(&mut answer)
-                .expect("read the proxy's answer");
+            let answer = post_blocking(&arm, "");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }))
+    }
+
+    /// A hook for the engine conformance suite: transient read faults (HTTP 503
+    /// `ServiceUnavailable`) staged by the proxy for this scope's reads.
+    pub fn transient_read_fault(&self) -> flowgate_core::conformance::TransientReadFault {
+        let arm = format!("{}/read_fault", self.control);
+        flowgate_core::conformance::TransientReadFault(std::sync::Arc::new(move |skip| {
+            let body = serde_json::json!({ "skip": skip }).to_string();
+            let answer = post_blocking(&arm, &body);
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         }))
     }
@@ -246,6 +244,27 @@ impl ProxyScope {
             .as_u64()
             .unwrap_or(0)
     }
+}
+
+/// A blocking POST to the proxy's control API (hooks run outside any runtime's reach), its
+/// whole answer.
+fn post_blocking(url: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.trim_start_matches("http://");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = std::net::TcpStream::connect(authority).expect("the proxy is reachable");
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write to the proxy");
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .expect("read the proxy's answer");
+    answer
 }
 
 /// A Parallel: one branch asks the client (as [`asks`]) while the other loops through

@@ -16,8 +16,17 @@ fn engine(url: &str, arn: &str, extra: Value) -> StepFunctionsEngine {
         t.extend(extra);
     }
     StepFunctionsEngine::new(
-        SfnTarget::from_manifest(target.as_object().expect("object")).expect("target"),
+        SfnTarget::from_config(target.as_object().expect("object"), &tool_schema())
+            .expect("target"),
     )
+}
+
+/// The input schema of the tests' tools: every argument their templates name.
+fn tool_schema() -> serde_json::Map<String, Value> {
+    let schema = json!({"type": "object", "properties": {
+        "service": {}, "version": {}, "who": {}, "day": {}, "name": {}
+    }});
+    schema.as_object().cloned().unwrap_or_default()
 }
 
 fn request(arguments: Value) -> StartRequest {
@@ -56,6 +65,7 @@ async fn stepfunctions_engine_passes_the_conformance_suite_on_moto() {
         answer: json!({"answer": "Alice"}),
         timeout: Duration::from_secs(20),
         lose_next_start_answer: Some(scope.lose_next_start_answer()),
+        transient_read_fault: Some(scope.transient_read_fault()),
     };
     run_all(&fixture).await;
     assert_eq!(scope.report().await["dropped"]["StartExecution"], 1);
@@ -142,6 +152,56 @@ async fn a_retried_named_start_reaches_the_same_execution() {
     assert_ne!(other.execution, first.execution);
     e.cancel(&first.execution).await.expect("cancel");
     e.cancel(&other.execution).await.expect("cancel");
+}
+
+/// A call that leaves out an optional argument its name template uses is not refused: with
+/// no schema default, the execution is named by the call's key (still exactly once per call);
+/// with one, the default fills the name.
+#[tokio::test]
+async fn a_name_template_with_a_left_out_optional_argument_still_starts() {
+    let url = moto_url();
+    let arn = create_machine(&admin_client(&url), &unique("opt"), &pass_wait_pass(30)).await;
+    let e = engine(
+        &url,
+        &arn,
+        json!({"execution_name": "deploy-{service}-{version}"}),
+    );
+    let call = request(json!({"name": "n", "service": "web"}));
+    let first = e.start(call.clone()).await.expect("start without version");
+    let again = e.start(call.clone()).await.expect("retried start");
+    assert_eq!(first.execution, again.execution, "exactly once per call");
+    assert!(
+        first
+            .execution
+            .0
+            .ends_with(&call.idempotency_key.to_string()),
+        "named by the call's key: {}",
+        first.execution
+    );
+    e.cancel(&first.execution).await.expect("cancel");
+    let schema = json!({"type": "object", "properties": {
+        "name": {}, "service": {}, "version": {"type": "string", "default": "latest"}
+    }});
+    let with_default = StepFunctionsEngine::new(
+        SfnTarget::from_config(
+            json!({"state_machine_arn": arn, "endpoint_url": url,
+                   "execution_name": "deploy-{service}-{version}"})
+            .as_object()
+            .expect("object"),
+            schema.as_object().expect("object"),
+        )
+        .expect("target"),
+    );
+    let x = with_default
+        .start(request(json!({"name": "n", "service": "web"})))
+        .await
+        .expect("start");
+    assert!(
+        x.execution.0.ends_with(":deploy-web-latest"),
+        "{}",
+        x.execution
+    );
+    with_default.cancel(&x.execution).await.expect("cancel");
 }
 
 #[tokio::test]
@@ -707,10 +767,11 @@ async fn a_version_or_alias_arn_starts_there_and_follows_the_execution() {
     );
     assert_eq!(e.get(&x).await.expect("get").state, TaskState::Working);
     e.cancel(&x).await.expect("cancel");
-    let policy = flowgate_stepfunctions::policies(&[SfnTarget::from_manifest(
+    let policy = flowgate_stepfunctions::policies(&[SfnTarget::from_config(
         json!({"state_machine_arn": version})
             .as_object()
             .expect("object"),
+        &tool_schema(),
     )
     .expect("target")]);
     let text = policy.to_string();

@@ -27,6 +27,23 @@ impl std::fmt::Debug for LoseNextStartAnswer {
     }
 }
 
+/// A hook into the backend behind an engine for transient read faults: `Some(skip)` lets the
+/// next `skip` reads the engine makes of the backend through and fails the one after that the
+/// way a busy or flaky service does (a 429, a 5xx, a dropped connection: whatever the backend
+/// can stage); `None` disarms it. Arming again replaces what was armed.
+///
+/// "Reads" are whatever an engine reads to build a record: an execution's status, its history,
+/// a job list, an artifact, a log, a file of a run folder. Counting them lets the suite put a
+/// fault at every position of a poll, including after the read that said the run has ended.
+#[derive(Clone)]
+pub struct TransientReadFault(pub Arc<dyn Fn(Option<u32>) + Send + Sync>);
+
+impl std::fmt::Debug for TransientReadFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TransientReadFault")
+    }
+}
+
 /// One way to call an engine.
 #[derive(Debug, Clone)]
 pub struct Case {
@@ -58,6 +75,9 @@ pub struct Fixture {
     /// Stages a start whose answer is lost, where the test's backend can (see
     /// [`retried_start_is_exactly_once`]).
     pub lose_next_start_answer: Option<LoseNextStartAnswer>,
+    /// Stages transient read faults, where the test's backend can (see
+    /// [`transient_read_faults_change_nothing`]).
+    pub transient_read_fault: Option<TransientReadFault>,
 }
 
 /// Runs every scenario the engine's capabilities allow.
@@ -67,6 +87,7 @@ pub async fn run_all(fx: &Fixture) {
     failure_is_reported_with_its_cause(fx).await;
     unknown_references_are_not_found(fx).await;
     retried_start_is_exactly_once(fx).await;
+    transient_read_faults_change_nothing(fx).await;
     answers_to_keys_not_asked_are_not_found(fx).await;
     if fx.slow.engine.capabilities().cancel {
         cancel_ends_cancelled(fx).await;
@@ -437,6 +458,83 @@ pub async fn unknown_references_are_not_found(fx: &Fixture) {
                 Err(EngineError::NotFound { .. }) | Err(EngineError::Unsupported { .. })
             ),
             "cancel {bogus:?}: {cancelled:?}"
+        );
+    }
+}
+
+/// How many read positions of one poll [`transient_read_faults_change_nothing`] puts a fault
+/// at, in turn: enough for an engine that reads a status, a job list, an artifact and a log.
+const FAULT_POSITIONS: u32 = 6;
+
+/// A transient fault while reading a run (a 429, a 5xx, a timeout) is never a result: `get`
+/// answers a retryable error (the task stays as it was and is polled again) or the record it
+/// would have answered without the fault. The terminal record reached through faults at every
+/// read position of every poll is the one reached without faults (state, output, failure), and
+/// it never changes afterwards, faults or not.
+///
+/// Runs the success and the failure case, each once without faults (the reference) and once
+/// with a fault armed before every poll, at positions `0..FAULT_POSITIONS` in turn; then polls
+/// the ended run once more at each position. Skipped when the fixture cannot stage faults.
+pub async fn transient_read_faults_change_nothing(fx: &Fixture) {
+    let Some(fault) = &fx.transient_read_fault else {
+        return;
+    };
+    for case in [&fx.success, &fx.failure] {
+        let reference = start(case).await;
+        let faulted = start(case).await;
+        let wanted = poll_until(case, &reference, fx.timeout, |r| r.state.is_terminal()).await;
+        let same = |got: &ExecutionRecord, when: &str| {
+            assert_eq!(
+                (got.state, &got.output, &got.failure),
+                (wanted.state, &wanted.output, &wanted.failure),
+                "{when}: a run read through transient faults ended otherwise than without them"
+            );
+        };
+        let deadline = Instant::now() + fx.timeout;
+        let mut faults_met = 0;
+        let mut last: Option<TaskState> = None;
+        let mut position = 0;
+        loop {
+            (fault.0)(Some(position % FAULT_POSITIONS));
+            position += 1;
+            match case.engine.get(&faulted).await {
+                Err(e) if e.is_retryable() => faults_met += 1,
+                Err(e) => panic!("a transient read fault became a lasting error: {e:?}"),
+                Ok(record) => {
+                    if let Some(prev) = last {
+                        assert!(
+                            prev.can_transition_to(record.state),
+                            "illegal transition {prev} -> {} under read faults",
+                            record.state
+                        );
+                    }
+                    last = Some(record.state);
+                    if record.state.is_terminal() {
+                        same(&record, "first terminal record");
+                        break;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out polling through read faults; last state {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for position in 0..FAULT_POSITIONS {
+            (fault.0)(Some(position));
+            match case.engine.get(&faulted).await {
+                Err(e) if e.is_retryable() => faults_met += 1,
+                Err(e) => panic!("a transient read fault of an ended run: {e:?}"),
+                Ok(record) => same(&record, "a later poll of the ended run"),
+            }
+        }
+        (fault.0)(None);
+        let settled = case.engine.get(&faulted).await.expect("get without faults");
+        same(&settled, "the ended run without faults");
+        assert!(
+            faults_met > 0,
+            "the fixture's fault hook never made a read fail: it stages nothing"
         );
     }
 }

@@ -10,7 +10,14 @@
 //!   principal it was created for, and failing that looks exactly like an unknown handle;
 //! - rotation: the key id travels in the clear, and a [`Keyring`] opens handles sealed under
 //!   any key it holds while sealing new ones under its current key;
-//! - entropy: each handle has a fresh 192-bit random nonce and a 128-bit tag;
+//! - stable ids: the nonce of a task handle is synthetic, a keyed hash (HMAC-SHA-256 under a
+//!   key derived from the sealing key) of everything sealed and bound, so the same task sealed
+//!   for the same principal under the same key is the same id every time (`tools/call` and
+//!   `tasks/list` hand out one id per task). Equal ids reveal only that they are the same task
+//!   of the same principal; different tasks never share a nonce (a 192-bit hash of different
+//!   inputs), and an attacker without the key can neither predict nor forge one. Other sealed
+//!   tokens (request state, question ids) keep fresh random nonces;
+//! - entropy: 192-bit nonces and a 128-bit tag;
 //! - header safety: `fg1.<key id>.<base64url>` uses only `[A-Za-z0-9._-]`.
 
 use base64::Engine as _;
@@ -72,6 +79,9 @@ pub struct KeyError(String);
 pub struct HandleKey {
     id: String,
     cipher: XChaCha20Poly1305,
+    /// The key synthetic nonces are derived under (see the module docs), itself derived from
+    /// the secret so that the cipher key is never used for anything else.
+    nonce_key: [u8; 32],
 }
 
 impl std::fmt::Debug for HandleKey {
@@ -110,6 +120,7 @@ impl HandleKey {
         Ok(HandleKey {
             id: id.to_owned(),
             cipher,
+            nonce_key: hmac_sha256(secret, &[b"flowgate handle nonce key v1"]),
         })
     }
 
@@ -168,7 +179,8 @@ impl Keyring {
         self.current.id()
     }
 
-    /// Seals `handle` for `principal`.
+    /// Seals `handle` for `principal`: the same handle, principal and key always give the
+    /// same id (a synthetic nonce; see the module docs).
     pub fn seal(&self, handle: &TaskHandle, principal: &str) -> String {
         let body = Sealed {
             e: handle.engine.clone(),
@@ -176,11 +188,11 @@ impl Keyring {
             x: handle.execution.0.clone(),
             c: handle.created_at.timestamp_millis(),
         };
-        self.seal_bytes(
-            VERSION,
-            &serde_json::to_vec(&body).unwrap_or_default(),
-            principal,
-        )
+        let plaintext = serde_json::to_vec(&body).unwrap_or_default();
+        let aad = associated_data(VERSION, &self.current.id, principal);
+        let digest = hmac_sha256(&self.current.nonce_key, &[&aad, b"\0", &plaintext]);
+        let nonce = XNonce::clone_from_slice(&digest[..NONCE_LEN]);
+        self.seal_with(VERSION, &nonce, &plaintext, &aad)
     }
 
     /// Opens a handle that `principal` presents.
@@ -205,15 +217,19 @@ impl Keyring {
     pub fn seal_bytes(&self, purpose: &str, plaintext: &[u8], principal: &str) -> String {
         let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
         let aad = associated_data(purpose, &self.current.id, principal);
+        self.seal_with(purpose, &nonce, plaintext, &aad)
+    }
+
+    fn seal_with(&self, purpose: &str, nonce: &XNonce, plaintext: &[u8], aad: &[u8]) -> String {
         // Encryption with a valid key and nonce cannot fail for inputs of this size.
         let ciphertext = self
             .current
             .cipher
             .encrypt(
-                &nonce,
+                nonce,
                 Payload {
                     msg: plaintext,
-                    aad: &aad,
+                    aad,
                 },
             )
             .unwrap_or_default();
@@ -272,6 +288,27 @@ fn associated_data(purpose: &str, kid: &str, principal: &str) -> Vec<u8> {
     format!("{purpose}\n{kid}\n{principal}").into_bytes()
 }
 
+/// HMAC-SHA-256 (RFC 2104) of the concatenated `parts` under `key` (at most one block long).
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    const BLOCK: usize = 64;
+    let mut block = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(block.map(|b| b ^ 0x36));
+    for part in parts {
+        inner.update(part);
+    }
+    let mut outer = Sha256::new();
+    outer.update(block.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
+
 fn decode_any_base64(s: &str) -> Option<Vec<u8>> {
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE};
     [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
@@ -316,9 +353,48 @@ mod tests {
     }
 
     #[test]
-    fn two_seals_of_the_same_handle_differ() {
+    fn a_task_has_one_id_per_principal_and_key() {
         let k = ring("k1", 7);
-        assert_ne!(k.seal(&sample(), "a"), k.seal(&sample(), "a"));
+        assert_eq!(k.seal(&sample(), "a"), k.seal(&sample(), "a"), "stable");
+        assert_ne!(k.seal(&sample(), "a"), k.seal(&sample(), "b"));
+        assert_ne!(k.seal(&sample(), "a"), ring("k1", 8).seal(&sample(), "a"));
+        let mut other = sample();
+        other.execution = ExecutionRef(format!("{}2", other.execution.0));
+        let (one, two) = (k.seal(&sample(), "a"), k.seal(&other, "a"));
+        assert_ne!(one, two);
+        // Different tasks never share a nonce (the first 24 bytes after the key id).
+        let nonce = |t: &str| {
+            URL_SAFE_NO_PAD
+                .decode(t.rsplit('.').next().unwrap_or(""))
+                .map(|d| d[..NONCE_LEN].to_vec())
+        };
+        assert_ne!(nonce(&one), nonce(&two));
+        // Other sealed tokens keep random nonces.
+        assert_ne!(
+            k.seal_bytes("fs1", b"{}", "a"),
+            k.seal_bytes("fs1", b"{}", "a")
+        );
+    }
+
+    #[test]
+    fn hmac_matches_the_rfc_4231_vectors() {
+        // RFC 4231 test case 2.
+        let mac = hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"]);
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // Test case 6: a key longer than the block.
+        let mac = hmac_sha256(
+            &[0xaa; 131],
+            &[b"Test Using Larger Than Block-Size Key - Hash Key First"],
+        );
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
     }
 
     #[test]

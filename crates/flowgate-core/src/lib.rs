@@ -8,6 +8,7 @@
 //! - [`Engine`]: the contract an adapter implements (start, get, respond, cancel, list).
 //! - [`handle`]: task handles, the sealed tokens that are the task ids clients hold.
 //! - [`pacing`]: a poll interval an account's API quota affords, for token-bucket engines.
+//! - [`template`]: the one template language engines render call arguments with.
 //! - [`wire`]: the projection of a record onto the MCP tasks extension (2026-07-28).
 //! - `conformance` and `testing` (feature `testing`): the engine conformance suite and an
 //!   in-memory [`Engine`] that runs it on every `cargo test`.
@@ -19,6 +20,7 @@ pub mod pacing;
 mod record;
 mod registry;
 mod state;
+pub mod template;
 pub mod wire;
 
 #[cfg(any(test, feature = "testing"))]
@@ -32,5 +34,5 @@ pub use engine::{
 };
 pub use error::{EngineError, kind_for_status};
 pub use record::{Action, EngineFailure, ExecutionRecord, InputRequest, InputResponse};
-pub use registry::{Factory, Registry, TargetError, parse_target};
+pub use registry::{Factory, Registry, TargetError, TargetSpec, parse_target};
 pub use state::TaskState;

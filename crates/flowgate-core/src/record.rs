@@ -77,6 +77,65 @@ pub enum Action {
     Cancel,
 }
 
+impl InputResponse {
+    /// What makes this answer's content something other than an MCP form answer to a question
+    /// with `requested_schema`: a flat object holding only the requested properties, each a
+    /// string, a number, a boolean or an array of strings (a multi-select enum). Each problem
+    /// names its field (`field /name: ...`); empty when sound, or when the answer is not an
+    /// acceptance. An accepted answer without content is an empty form.
+    pub fn form_problems(&self, requested_schema: &Value) -> Vec<String> {
+        if self.action != Action::Accept {
+            return Vec::new();
+        }
+        let Some(content) = &self.content else {
+            return Vec::new();
+        };
+        let Some(fields) = content.as_object() else {
+            return vec![format!(
+                "content: must be an object of the requested fields, not {}",
+                kind(content)
+            )];
+        };
+        let requested = requested_schema
+            .get("properties")
+            .and_then(Value::as_object);
+        let mut problems = Vec::new();
+        for (name, value) in fields {
+            // The field as a JSON pointer token (RFC 6901), as schema problems name fields.
+            let field = name.replace('~', "~0").replace('/', "~1");
+            if !requested.is_some_and(|r| r.contains_key(name)) {
+                problems.push(format!("field /{field}: was not asked for"));
+                continue;
+            }
+            let flat = match value {
+                Value::String(_) | Value::Number(_) | Value::Bool(_) => true,
+                Value::Array(items) => items.iter().all(Value::is_string),
+                Value::Null | Value::Object(_) => false,
+            };
+            if !flat {
+                problems.push(format!(
+                    "field /{field}: must be a string, a number, a boolean or an array of \
+                     strings, not {}",
+                    kind(value)
+                ));
+            }
+        }
+        problems
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(items) if items.iter().all(Value::is_string) => "an array of strings",
+        Value::Array(_) => "an array holding other than strings",
+        Value::Object(_) => "an object",
+    }
+}
+
 impl ExecutionRecord {
     /// A fresh record in `state`, created and updated at `at`, with nothing else set.
     pub fn new(state: TaskState, engine_status: impl Into<String>, at: DateTime<Utc>) -> Self {
@@ -92,5 +151,50 @@ impl ExecutionRecord {
             console_url: None,
             min_poll_interval: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn accept(content: Value) -> InputResponse {
+        InputResponse {
+            action: Action::Accept,
+            content: Some(content),
+        }
+    }
+
+    #[test]
+    fn form_answers_are_flat_objects_of_the_requested_fields() {
+        let schema = json!({"type": "object", "properties": {
+            "approve": {"type": "boolean"}, "reason": {"type": "string"},
+            "n": {"type": "integer"}, "envs": {"type": "array", "items": {"type": "string"}}
+        }});
+        let sound = accept(json!({"approve": true, "reason": "ok", "n": 2, "envs": ["a", "b"]}));
+        assert!(sound.form_problems(&schema).is_empty());
+        let nested = accept(json!({"reason": {"approve": true}, "extra/x": 1, "n": null}));
+        let problems = nested.form_problems(&schema);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("field /reason: must be"))
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p == "field /extra~1x: was not asked for")
+        );
+        assert!(problems.iter().any(|p| p.starts_with("field /n: must be")));
+        let mixed = accept(json!({"envs": ["a", 1]}));
+        assert_eq!(mixed.form_problems(&schema).len(), 1);
+        assert_eq!(accept(json!([true])).form_problems(&schema).len(), 1);
+        let declined = InputResponse {
+            action: Action::Decline,
+            content: Some(json!(7)),
+        };
+        assert!(declined.form_problems(&schema).is_empty());
     }
 }

@@ -10,10 +10,54 @@ use serde_json::{Map, Value};
 
 use crate::Engine;
 
-/// Builds an engine bound to one tool's target: the target's keys (without `engine`), and the
-/// folder of the manifest that declared it (for relative paths).
+/// Builds an engine bound to one tool's target.
 pub type Factory =
-    Box<dyn Fn(&Map<String, Value>, &Path) -> Result<Arc<dyn Engine>, TargetError> + Send + Sync>;
+    Box<dyn Fn(TargetSpec<'_>) -> Result<Arc<dyn Engine>, TargetError> + Send + Sync>;
+
+/// What an engine factory checks and binds: one tool's `target` block, with what the block
+/// alone cannot say.
+#[derive(Debug, Clone, Copy)]
+pub struct TargetSpec<'a> {
+    /// The target's keys, without `engine`.
+    pub config: &'a Map<String, Value>,
+    /// The folder of the manifest that declared the tool (relative paths start there).
+    pub base_dir: &'a Path,
+    /// The tool's `input_schema`: templates are checked against it (see [`crate::template`]).
+    pub input_schema: &'a Map<String, Value>,
+}
+
+impl TargetSpec<'_> {
+    /// Parses and binds the template at `key` (a dotted path inside the target), naming that
+    /// key in any error.
+    ///
+    /// # Errors
+    /// A [`TargetError`] at `key`: broken syntax, or a placeholder the schema does not declare.
+    pub fn template(
+        &self,
+        engine: &str,
+        key: &str,
+        source: &str,
+    ) -> Result<crate::template::Template, TargetError> {
+        crate::template::Template::parse(source)
+            .and_then(|t| t.bind(self.input_schema))
+            .map_err(|e| TargetError::at(key, format!("{engine} target: {key}: {e}")))
+    }
+
+    /// Binds an already parsed template (one a target deserialized) to the tool's schema.
+    ///
+    /// # Errors
+    /// A [`TargetError`] at `key` for a placeholder the schema does not declare.
+    pub fn bind(
+        &self,
+        engine: &str,
+        key: &str,
+        template: crate::template::Template,
+    ) -> Result<crate::template::Template, TargetError> {
+        template
+            .bind(self.input_schema)
+            .map_err(|e| TargetError::at(key, format!("{engine} target: {key}: {e}")))
+    }
+}
 
 /// Why an engine refused a tool's `target` block, with the key it is about, so the manifest
 /// can point at that key's own line and column rather than at the block.
@@ -121,12 +165,7 @@ impl Registry {
     /// # Errors
     /// A whole-target error naming the known kinds when `kind` is unknown, or the factory's
     /// own error (which names the offending key) when the target is invalid.
-    pub fn build(
-        &self,
-        kind: &str,
-        target: &Map<String, Value>,
-        base_dir: &Path,
-    ) -> Result<Arc<dyn Engine>, TargetError> {
+    pub fn build(&self, kind: &str, spec: TargetSpec<'_>) -> Result<Arc<dyn Engine>, TargetError> {
         let factory = self.factories.get(kind).ok_or_else(|| {
             TargetError::at(
                 "engine",
@@ -136,7 +175,7 @@ impl Registry {
                 ),
             )
         })?;
-        factory(target, base_dir)
+        factory(spec)
     }
 }
 

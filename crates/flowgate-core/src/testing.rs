@@ -43,6 +43,7 @@ type Runs = Arc<Mutex<HashMap<String, Run>>>;
 pub struct FakeEngine {
     runs: Runs,
     lose_next_start_answer: Arc<std::sync::atomic::AtomicBool>,
+    read_fault: Arc<Mutex<Option<u32>>>,
 }
 
 impl FakeEngine {
@@ -56,6 +57,34 @@ impl FakeEngine {
     pub fn lose_next_start_answer(&self) {
         self.lose_next_start_answer
             .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Arms a transient read fault: `Some(skip)` lets `skip` reads (`get`s) through and makes
+    /// the next one answer [`EngineError::Unavailable`]; `None` disarms.
+    pub fn arm_read_fault(&self, skip: Option<u32>) {
+        *self
+            .read_fault
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = skip;
+    }
+
+    /// Counts one read against an armed fault: whether this read fails.
+    fn read_fails(&self) -> bool {
+        let mut armed = self
+            .read_fault
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match *armed {
+            Some(0) => {
+                *armed = None;
+                true
+            }
+            Some(n) => {
+                *armed = Some(n - 1);
+                false
+            }
+            None => false,
+        }
     }
 
     /// How many executions exist (every principal).
@@ -222,6 +251,13 @@ impl Engine for FakeEngine {
     }
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
+        if self.read_fails() {
+            return Err(EngineError::Unavailable {
+                engine: KIND,
+                message: "read: a staged transient fault".into(),
+                source: None,
+            });
+        }
         lock(&self.runs)
             .get(&execution.0)
             .map(|r| r.record.clone())
@@ -294,7 +330,7 @@ impl Engine for FakeEngine {
 pub fn register(registry: &mut crate::Registry, engine: FakeEngine) {
     registry.register(
         KIND,
-        Box::new(move |_target, _dir| Ok(Arc::new(engine.clone()) as Arc<dyn Engine>)),
+        Box::new(move |_spec| Ok(Arc::new(engine.clone()) as Arc<dyn Engine>)),
     );
 }
 
@@ -334,6 +370,10 @@ mod tests {
             lose_next_start_answer: Some(crate::conformance::LoseNextStartAnswer(Arc::new({
                 let e = e.clone();
                 move || e.lose_next_start_answer()
+            }))),
+            transient_read_fault: Some(crate::conformance::TransientReadFault(Arc::new({
+                let e = e.clone();
+                move |skip| e.arm_read_fault(skip)
             }))),
         };
         run_all(&fixture).await;

@@ -72,6 +72,11 @@ fn problems(question: &InputRequest, value: Value) -> Result<InputResponse, Vec<
              be checked against it; only decline or cancel can answer it"
         )]
     })?;
+    // MCP's shape first (a flat object of the requested fields), then the question's schema.
+    let shape = response.form_problems(&question.requested_schema);
+    if !shape.is_empty() {
+        return Err(shape);
+    }
     // An accepted form without content is an empty form.
     let content = response.content.clone().unwrap_or_else(|| json!({}));
     schema.check(&content, Naming::ANSWER)?;
@@ -141,6 +146,45 @@ mod tests {
         assert!(!e.message.contains("inputResponses.count"), "{}", e.message);
         let data = e.data.expect("data");
         assert!(data["invalid"]["sure"].is_array(), "{data}");
+    }
+
+    #[test]
+    fn answers_in_another_shape_than_a_flat_form_deliver_nothing() {
+        // The question's schema alone would accept these (no additionalProperties: false).
+        for content in [
+            json!({"n": 2, "extra": true}),
+            json!({"n": 2, "confirm": {"approve": true}}),
+        ] {
+            let e = checked(
+                &record(),
+                responses(json!({
+                    "count": {"action": "accept", "content": content},
+                    "sure": {"action": "accept", "content": {"confirm": true}},
+                })),
+            )
+            .expect_err("refused");
+            assert_eq!(e.code.0, -32602);
+            assert!(
+                e.message.starts_with("nothing was delivered"),
+                "{}",
+                e.message
+            );
+            assert!(
+                e.message.contains("inputResponses.count: field /"),
+                "{}",
+                e.message
+            );
+        }
+        let e = checked(
+            &record(),
+            responses(json!({"sure": {"action": "accept", "content": {"confirm": [true]}}})),
+        )
+        .expect_err("refused");
+        assert!(
+            e.message.contains("field /confirm: must be"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

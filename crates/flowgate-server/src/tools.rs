@@ -45,7 +45,12 @@ impl ToolSet {
                 .parent()
                 .map(ToOwned::to_owned)
                 .unwrap_or_default();
-            match registry.build(&spec.target.engine, &spec.target.config, &base) {
+            let target = flowgate_core::TargetSpec {
+                config: &spec.target.config,
+                base_dir: &base,
+                input_schema: &spec.input_schema,
+            };
+            match registry.build(&spec.target.engine, target) {
                 Ok(engine)
                     if engine.capabilities().synchronous_only
                         && spec.task != TaskSupport::Forbidden =>

@@ -53,7 +53,7 @@ pub(crate) fn ask(args: AskArgs) -> ExitCode {
                 AskError::Declined => 3,
                 AskError::Cancelled => 4,
                 AskError::TimedOut(_) => 5,
-                AskError::NoRunDir | AskError::Io(_) => 2,
+                AskError::NoRunDir | AskError::Io(_) | AskError::Malformed(_) => 2,
             })
         }
     }

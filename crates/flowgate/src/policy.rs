@@ -21,13 +21,21 @@ use crate::setup;
 fn targets<T>(
     manifest: &Manifest,
     kind: &str,
-    parse: impl Fn(&Map<String, Value>) -> Result<T, flowgate_core::TargetError>,
+    parse: impl Fn(flowgate_core::TargetSpec<'_>) -> Result<T, flowgate_core::TargetError>,
 ) -> Result<Vec<T>, ManifestError> {
     manifest
         .tools
         .iter()
         .filter(|t| t.target.engine == kind)
-        .map(|t| parse(&t.target.config).map_err(|e| t.target.location.error(e.message)))
+        .map(|t| {
+            let base_dir = t.location.file.parent().unwrap_or(Path::new(""));
+            let spec = flowgate_core::TargetSpec {
+                config: &t.target.config,
+                base_dir,
+                input_schema: &t.input_schema,
+            };
+            parse(spec).map_err(|e| t.target.locate(e.key.as_deref()).error(e.message))
+        })
         .collect()
 }
 
@@ -46,33 +54,27 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
     }
     #[cfg(feature = "google-workflows")]
     {
-        let gcw = targets(
-            manifest,
-            flowgate_google_workflows::KIND,
-            flowgate_google_workflows::GcwTarget::from_manifest,
-        )?;
+        let gcw = targets(manifest, flowgate_google_workflows::KIND, |spec| {
+            flowgate_google_workflows::GcwTarget::from_manifest(spec.config)
+        })?;
         if !gcw.is_empty() {
             out.insert("gcp".into(), flowgate_google_workflows::roles(&gcw));
         }
     }
     #[cfg(feature = "gitlab-ci")]
     {
-        let gitlab = targets(
-            manifest,
-            flowgate_gitlab_ci::KIND,
-            flowgate_gitlab_ci::GitLabTarget::from_manifest,
-        )?;
+        let gitlab = targets(manifest, flowgate_gitlab_ci::KIND, |spec| {
+            flowgate_gitlab_ci::GitLabTarget::from_manifest(spec.config)
+        })?;
         if !gitlab.is_empty() {
             out.insert("gitlab".into(), flowgate_gitlab_ci::scopes(&gitlab));
         }
     }
     #[cfg(feature = "github-actions")]
     {
-        let gh = targets(
-            manifest,
-            flowgate_github_actions::KIND,
-            flowgate_github_actions::GhTarget::from_manifest,
-        )?;
+        let gh = targets(manifest, flowgate_github_actions::KIND, |spec| {
+            flowgate_github_actions::GhTarget::from_manifest(spec.config)
+        })?;
         if !gh.is_empty() {
             out.insert("github".into(), flowgate_github_actions::permissions(&gh));
         }

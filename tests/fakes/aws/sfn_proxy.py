@@ -17,6 +17,9 @@ Step Functions engine depends on. This proxy puts back what AWS does and moto do
 - Failures moto cannot produce: a stalled endpoint (the request is read and never answered),
   and a dropped answer (the request reaches moto, which acts on it, and the connection is then
   closed without an answer), per operation, for the next N calls.
+- Transient read faults: after `skip` more reads (DescribeExecution, GetExecutionHistory,
+  ListExecutions, DescribeStateMachineForExecution) the next one answers HTTP 503
+  `ServiceUnavailable`, once (the engine conformance suite puts one at every read position).
 - Calls are counted per operation (answered, throttled), so tests and the benchmark can hold
   the engine to its API budget.
 
@@ -30,6 +33,8 @@ Control (JSON):
                                 "page_cap": 100}   (history pages hold at most page_cap events,
                                 fewer than asked, as a paged API may answer)
   POST /_proxy/scopes/<name>/drop/<Operation>   one more dropped answer, the rest kept
+  POST /_proxy/scopes/<name>/read_fault   {"skip": n} fails the read after the next n reads
+                                          (replacing what was armed); {"skip": null} disarms
   GET  /_proxy/scopes/<name>   {"calls": {op: n}, "throttled": {op: n}, "stalled": ..., "dropped": ...}
 
 Shortcuts that remain (each is kinder than AWS or simply absent):
@@ -70,6 +75,10 @@ BUCKETS = {
     "DescribeStateMachine": (200, 20),
 }
 
+# The calls that only read: a transient fault on one of them must never change a result.
+READS = ("DescribeExecution", "GetExecutionHistory", "ListExecutions",
+         "DescribeStateMachineForExecution")
+
 HISTORY_DEFAULT_PAGE = 100
 HISTORY_MAX_PAGE = 1000
 
@@ -104,6 +113,7 @@ class Scope:
         self.stall = {}
         self.drop = {}
         self.page_cap = None
+        self.read_fault = None  # reads to let through before one fails, or None
         self.stalled = {}
         self.dropped = {}
 
@@ -148,6 +158,11 @@ class State:
                 scope.stall[key] -= 1
                 scope.stalled[op] = scope.stalled.get(op, 0) + 1
                 return "stall"
+            if op in READS and scope.read_fault is not None:
+                if scope.read_fault == 0:
+                    scope.read_fault = None
+                    return "fail"
+                scope.read_fault -= 1
             bucket = scope.buckets.get(op)
             if bucket is not None and not bucket.take():
                 scope.throttled[op] = scope.throttled.get(op, 0) + 1
@@ -277,6 +292,17 @@ class Handler(BaseHTTPRequestHandler):
                 scope.drop[op] = scope.drop.get(op, 0) + 1
                 report = json.loads(json.dumps(scope.report()))
             return self._answer(200, report, "application/json")
+        if self.path.startswith("/_proxy/scopes/") and self.path.endswith("/read_fault"):
+            name = self.path[len("/_proxy/scopes/"):-len("/read_fault")]
+            scope = self.state.scope(name)
+            try:
+                skip = json.loads(body or b"{}").get("skip")
+            except (ValueError, AttributeError):
+                return self._answer(400, {"error": "not a JSON object"}, "application/json")
+            with self.state.lock:
+                scope.read_fault = skip if isinstance(skip, int) and skip >= 0 else None
+                report = json.loads(json.dumps(scope.report()))
+            return self._answer(200, report, "application/json")
         if self.path.startswith("/_proxy/scopes/"):
             name = self.path[len("/_proxy/scopes/"):]
             try:
@@ -312,6 +338,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if verdict == "throttle":
             return self._answer(400, {"__type": "ThrottlingException", "message": "Rate exceeded"})
+        if verdict == "fail":
+            return self._answer(503, {"__type": "ServiceUnavailable",
+                                      "message": "Service is unavailable"})
         try:
             request = json.loads(body or b"{}")
         except ValueError:

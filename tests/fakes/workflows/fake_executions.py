@@ -48,6 +48,10 @@ Shortcuts this fake takes (everything else follows the discovery document):
 - A test-only control path, `POST /fake/lose-next-create`, makes the next executions.create take
   effect and then drop the connection without an answer (the ambiguous failure a retried create
   must survive). Google has no such path.
+- A test-only control path, `POST /fake/read-fault` with `{"project": ID, "skip": N}`, lets the
+  next N reads (GETs of executions and callbacks) of that project through and answers the one
+  after with 503 UNAVAILABLE, once (`"skip": null` disarms): the transient faults the engine
+  conformance suite stages at every read position. Google has no such path.
 - The interpreter is workflows-emulator's, with its own documented gaps (no connectors without
   Google credentials).
 """
@@ -103,6 +107,8 @@ class Cancelled(Exception):
 
 # Set by POST /fake/lose-next-create: the next create happens, and its answer is lost.
 LOSE_NEXT_CREATE = False
+# Set by POST /fake/read-fault: project number -> reads to let through before one fails.
+READ_FAULTS = {}
 # --secure-project: project ids (and their numbers) whose requests need a token.
 SECURE = set()
 # Access tokens /v1/token issued.
@@ -389,6 +395,22 @@ class Handler(BaseHTTPRequestHandler):
         m = re.match(r"^/v1/projects/([^/]+)/", path)
         return m.group(1) if m else None
 
+    def read_fails(self, path):
+        """Counts a read against its project's armed fault: whether this one fails."""
+        project = self.project_of(path)
+        if project is None:
+            return False
+        project = project_number(project)
+        with LOCK:
+            skip = READ_FAULTS.get(project)
+            if skip is None:
+                return False
+            if skip == 0:
+                del READ_FAULTS[project]
+                return True
+            READ_FAULTS[project] = skip - 1
+            return False
+
     def authorized(self, path):
         """False (after answering 401) when `path` is in a secure project without a good token."""
         project = self.project_of(path)
@@ -447,6 +469,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"requests": seen})
         if not self.authorized(path):
             return None
+        if self.read_fails(path):
+            return self.error(503, "UNAVAILABLE", "The service is currently unavailable.")
         if m := EXEC_COLLECTION.match(path):
             parent = m.group(1)
             with LOCK:
@@ -504,6 +528,16 @@ class Handler(BaseHTTPRequestHandler):
             return None
         if path == "/fake/lose-next-create":
             LOSE_NEXT_CREATE = True
+            return self.send_json(200, {})
+        if path == "/fake/read-fault":
+            body = self.body()
+            project = project_number(str(body.get("project", "")))
+            skip = body.get("skip")
+            with LOCK:
+                if isinstance(skip, int) and skip >= 0:
+                    READ_FAULTS[project] = skip
+                else:
+                    READ_FAULTS.pop(project, None)
             return self.send_json(200, {})
         if path == "/fake/backlog":
             body = self.body()

@@ -79,6 +79,10 @@ async fn local_engine_passes_the_conformance_suite() {
         answer: Value::Null,
         timeout: Duration::from_secs(10),
         lose_next_start_answer: None,
+        transient_read_fault: Some(flowgate_core::conformance::TransientReadFault(Arc::new({
+            let root = s.to_owned();
+            move |skip| crate::run_dir::faults::arm(&root, skip)
+        }))),
     };
     run_all(&fixture).await;
 }

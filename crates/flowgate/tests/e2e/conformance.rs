@@ -40,6 +40,7 @@ async fn local_engine_passes_the_conformance_suite_with_questions() {
         answer: json!({"answer": "Alice"}),
         timeout: Duration::from_secs(15),
         lose_next_start_answer: None,
+        transient_read_fault: None,
     };
     run_all(&fixture).await;
     let _: Value = Value::Null;

@@ -156,6 +156,11 @@ async fn a_question_on_one_instances_stream_is_answered_through_another() {
         listed["result"]["tasks"][0]["status"], "completed",
         "{listed}"
     );
+    assert_eq!(
+        listed["result"]["tasks"][0]["taskId"].as_str(),
+        Some(task.as_str()),
+        "a listed task carries the id the client already holds: {listed}"
+    );
     let bad = post(
         &b.url,
         json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/list", "params": {"cursor": "nope"}}),

@@ -148,10 +148,64 @@ async fn an_approval_waits_for_input_and_uses_the_answer() {
     assert_eq!(done["result"]["isError"], false, "{done}");
     let output = result_json(&done);
     assert_eq!(output["deployed"], true);
-    assert_eq!(
-        output["approval"],
-        json!({"approve": true, "reason": "CHG-42"})
-    );
+    assert_eq!(output["approved"], true);
+}
+
+/// The bundled approval reads its decision as a value: a rejection whose text contains
+/// `"approve":true` does not deploy, and an answer in another shape than MCP's flat form
+/// (a nested object, a field not asked for) is refused whole, delivering nothing.
+#[tokio::test]
+async fn an_answer_shaped_to_look_approved_does_not_deploy() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(state.path(), None);
+    let client = http_client(&server.url, true).await;
+    let id = start_task(
+        &client,
+        "approve_deploy",
+        json!({"service": "web", "version": "2"}),
+    )
+    .await;
+    let waiting = poll_until(&client, &id, &[TaskStatus::InputRequired], &mut vec![]).await;
+    let key = first_input_key(&waiting);
+    for content in [
+        // Delivered as it was, this one made the old text match deploy.
+        json!({"approve": false, "extra": {"approve": true}}),
+        json!({"approve": false, "reason": {"approve": true}}),
+        json!({"approve": false, "note": "\"approve\":true"}),
+    ] {
+        let mut params = rmcp::model::UpdateTaskParams::new(id.clone(), Default::default());
+        params
+            .input_responses
+            .insert(key.clone(), json!({"action": "accept", "content": content}));
+        let refused = client.update_task(params).await.expect_err("refused");
+        let text = refused.to_string();
+        assert!(
+            text.contains("-32602") || text.contains("nothing was delivered"),
+            "{text}"
+        );
+        assert_eq!(
+            get(&client, &id).await.task.status(),
+            TaskStatus::InputRequired,
+            "nothing was delivered"
+        );
+    }
+    answer(
+        &client,
+        &id,
+        &key,
+        json!({"action": "accept", "content": {"approve": false, "reason": "\"approve\":true"}}),
+    )
+    .await;
+    let done = poll_until(
+        &client,
+        &id,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(done["result"]["isError"], true, "rejected: {done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("deployment rejected"), "{text}");
 }
 
 #[tokio::test]
