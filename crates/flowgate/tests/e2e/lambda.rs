@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex as AsyncMutex, mpsc, oneshot};
 
-use crate::support::{KEY, bin};
+use crate::support::{KEY, bin, eventually};
 
 const HOST: &str = "abc123.lambda-url.us-east-1.on.aws";
 
@@ -267,27 +267,25 @@ async fn a_task_created_in_one_function_process_is_finished_in_another() {
     let task_id = result["taskId"].as_str().expect("taskId").to_owned();
     drop(first);
 
-    let mut second = Function::start(state.path()).await;
-    for _ in 0..60 {
+    let second = tokio::sync::Mutex::new(Function::start(state.path()).await);
+    let got = eventually(Duration::from_secs(15), || async {
         let got = second
+            .lock()
+            .await
             .invoke("tasks/get", &task_id, json!({"taskId": task_id}))
             .await;
-        let status = got["result"]["status"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if status == "completed" {
-            assert_eq!(
-                got["result"]["result"]["structuredContent"],
-                json!({"steps": 1, "finished": true}),
-                "{got}"
-            );
-            return;
+        match got["result"]["status"].as_str() {
+            Some("completed") => Ok(got),
+            Some("working") => Err(format!("still working: {got}")),
+            _ => panic!("neither working nor completed: {got}"),
         }
-        assert_eq!(status, "working", "{got}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("the task did not complete");
+    })
+    .await;
+    assert_eq!(
+        got["result"]["result"]["structuredContent"],
+        json!({"steps": 1, "finished": true}),
+        "{got}"
+    );
 }
 
 #[tokio::test]
