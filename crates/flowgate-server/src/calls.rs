@@ -203,6 +203,7 @@ impl FlowgateServer {
         // Armed for the whole wait: a dropped request stops the execution too.
         let guard = StopOnDrop::new(entry, execution, caller);
         let sync_wait = self.inner.options.sync_wait;
+        let began = tokio::time::Instant::now();
         let waited = self
             .wait_until_finished(caller, entry, execution, sync_wait, Questions::Stop)
             .await;
@@ -225,13 +226,17 @@ impl FlowgateServer {
             Waited::Asked => {
                 "the workflow asked a question, and answering needs a client that supports MCP tasks"
             }
+            // The request's own deadline came before the synchronous wait ran out.
+            Waited::OutOfTime(None) if began.elapsed() + crate::wait::POLL_CAP < sync_wait => {
+                "the workflow did not finish before this request's deadline"
+            }
             Waited::OutOfTime(None) => "the workflow did not finish within the synchronous wait",
         };
         guard.disarm();
         if entry.engine.cancel(execution).await.is_ok() {
             audit::stopped(caller, name, &execution.0, "sync_wait");
         }
-        let waited = sync_wait.as_secs();
+        let waited = began.elapsed().as_secs_f32().round();
         Ok(CallToolResult::error(vec![ContentBlock::text(format!(
             "{name}: {reason} ({waited} s), so it was stopped. Call it from a client that \
              supports the MCP tasks extension to run it in the background."

@@ -148,3 +148,218 @@ fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
         .unwrap_or_else(|| Caller::anonymous(""))
         .with_gone(ctx.ct.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use flowgate_auth::{Authenticated, Identified, Mode, Principal, Refused};
+    use flowgate_core::handle::{HandleKey, Keyring};
+    use flowgate_core::testing::{FakeEngine, register};
+    use serde_json::{Value, json};
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::{ServerOptions, ToolSet};
+
+    /// An identity that takes the caller from `x-test-caller` (and its scopes from
+    /// `x-test-scopes`): `bad` is an invalid credential, `down` keys that cannot be fetched.
+    #[derive(Debug)]
+    struct HeaderIdentity;
+
+    impl Identity for HeaderIdentity {
+        fn mode(&self) -> Mode {
+            Mode::ApigwAuthorizer
+        }
+
+        fn identify<'a>(&'a self, request: &'a Parts) -> Identified<'a> {
+            let header = |name: &str| {
+                request
+                    .headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let caller = header("x-test-caller");
+            let scopes = header("x-test-scopes").unwrap_or_default();
+            Box::pin(async move {
+                match caller.as_deref() {
+                    None => Err(Refused::missing("no caller")),
+                    Some("bad") => Err(Refused::invalid("a bad credential")),
+                    Some("down") => Err(Refused::unavailable("no keys")),
+                    Some(who) => Ok(Authenticated {
+                        principal: Principal {
+                            issuer: "test".into(),
+                            subject: who.into(),
+                        },
+                        scopes: scopes
+                            .split_whitespace()
+                            .map(str::to_owned)
+                            .collect::<BTreeSet<_>>(),
+                    }),
+                }
+            })
+        }
+
+        fn credential_headers(&self) -> &'static [&'static str] {
+            &["x-test-caller"]
+        }
+    }
+
+    fn app(identity: Option<Arc<dyn Identity>>) -> Router {
+        let engine = FakeEngine::new();
+        let mut registry = flowgate_core::Registry::new();
+        register(&mut registry, engine);
+        let manifest = flowgate_manifest::parse_str(
+            "tools:\n  - name: open\n    target: { engine: fake }\n  - name: deploy\n    scopes: [deploy]\n    target: { engine: fake }\n",
+            Path::new("m.yaml"),
+        )
+        .expect("manifest");
+        let tools = ToolSet::build(&manifest, &registry).expect("tools");
+        let keys = Keyring::new(HandleKey::random("k").expect("key"), vec![]);
+        let server = FlowgateServer::new(tools, keys, ServerOptions::default());
+        router(
+            server,
+            HttpOptions {
+                identity,
+                ..HttpOptions::default()
+            },
+        )
+    }
+
+    /// A 2026-07-28 request to `/mcp` (`tasks`: whether the client declares the extension).
+    fn request(
+        method: &str,
+        params: Value,
+        tasks: bool,
+        headers: &[(&str, &str)],
+    ) -> Request<Body> {
+        let mut params = params;
+        let capabilities = if tasks {
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+        } else {
+            json!({})
+        };
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+        });
+        let name = params["name"].as_str().map(str::to_owned);
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let mut builder = Request::post("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        if let Some(name) = name {
+            builder = builder.header("mcp-name", name);
+        }
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        builder.body(Body::from(body.to_string())).expect("request")
+    }
+
+    async fn answer(
+        app: &Router,
+        request: Request<Body>,
+    ) -> (StatusCode, axum::http::HeaderMap, Value) {
+        let response = app.clone().oneshot(request).await.expect("answer");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, headers, body)
+    }
+
+    fn challenge(headers: &axum::http::HeaderMap) -> Option<&str> {
+        headers
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn one_middleware_authenticates_for_any_identity_and_checks_scopes() {
+        let app = app(Some(Arc::new(HeaderIdentity)));
+        let list = || request("tools/list", json!({}), true, &[]);
+        let (status, headers, body) = answer(&app, list()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        assert_eq!(challenge(&headers), Some("Bearer"));
+        assert_eq!(body["error"], "unauthorized");
+
+        let bad = request("tools/list", json!({}), true, &[("x-test-caller", "bad")]);
+        let (status, headers, _) = answer(&app, bad).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(challenge(&headers), Some("Bearer error=\"invalid_token\""));
+
+        let down = request("tools/list", json!({}), true, &[("x-test-caller", "down")]);
+        let (status, headers, body) = answer(&app, down).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            headers.get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"5"[..])
+        );
+        assert_eq!(body["error"], "temporarily_unavailable");
+
+        // Carol lacks `deploy`: the tool is not listed, and a call is 403 with the challenge.
+        let carol = [("x-test-caller", "carol")];
+        let listed = request("tools/list", json!({}), true, &carol);
+        let (status, _, body) = answer(&app, listed).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let names: Vec<&str> = body["result"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(names, ["open"]);
+        let call = json!({"name": "deploy", "arguments": {}});
+        let (status, headers, _) =
+            answer(&app, request("tools/call", call.clone(), true, &carol)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(
+            challenge(&headers),
+            Some("Bearer scope=\"deploy\", error=\"insufficient_scope\"")
+        );
+        // With the scope, the call starts a task.
+        let dave = [("x-test-caller", "dave"), ("x-test-scopes", "deploy")];
+        let (status, _, body) = answer(&app, request("tools/call", call, true, &dave)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["result"]["resultType"], "task", "{body}");
+
+        // This identity publishes no resource metadata: none is served (OAuth's is, see the
+        // e2e tests).
+        let metadata = Request::get("/.well-known/oauth-protected-resource")
+            .header("x-test-caller", "dave")
+            .body(Body::empty())
+            .expect("request");
+        let (status, _, _) = answer(&app, metadata).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_request_deadline_bounds_a_synchronous_call() {
+        let app = app(None);
+        let call = json!({"name": "open", "arguments": {"script": [{"work": 600_000}]}});
+        let mut request = request("tools/call", call, false, &[]);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(2500);
+        request.extensions_mut().insert(Deadline(deadline));
+        let (status, _, body) = answer(&app, request).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "answered after the request's deadline"
+        );
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["result"]["isError"], true, "{body}");
+        let text = body["result"]["content"][0]["text"].as_str().unwrap_or("");
+        assert!(text.contains("before this request's deadline"), "{text}");
+    }
+}
