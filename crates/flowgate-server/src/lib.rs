@@ -44,3 +44,147 @@ pub use caller::Caller;
 pub use flowgate_auth::principal::ANONYMOUS;
 pub use server::{FlowgateServer, ServerOptions};
 pub use tools::{ToolEntry, ToolSet};
+
+#[cfg(test)]
+mod layering {
+    //! The modules form layers: none reaches, through `crate::` paths, back to itself.
+
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
+    /// The module each root re-export comes from.
+    const REEXPORTS: [(&str, &str); 5] = [
+        ("Caller", "caller"),
+        ("FlowgateServer", "server"),
+        ("ServerOptions", "server"),
+        ("ToolEntry", "tools"),
+        ("ToolSet", "tools"),
+    ];
+
+    /// The first segments of every `crate::` path in `text` (`crate::{a, b::c}` gives a, b).
+    fn targets(text: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for (at, _) in text.match_indices("crate::") {
+            let rest = &text[at + "crate::".len()..];
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => {
+                    let mut depth = 1;
+                    let end = group
+                        .char_indices()
+                        .find(|&(_, c)| {
+                            depth += match c {
+                                '{' => 1,
+                                '}' => -1,
+                                _ => 0,
+                            };
+                            depth == 0
+                        })
+                        .map_or(group.len(), |(i, _)| i);
+                    let mut parts = Vec::new();
+                    let (mut depth, mut start) = (0, 0);
+                    for (i, c) in group[..end].char_indices() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => {
+                                parts.push(&group[start..i]);
+                                start = i + 1;
+                            }
+                            _ => {}
+                        }
+                    }
+                    parts.push(&group[start..end]);
+                    parts
+                }
+                None => vec![rest],
+            };
+            for name in names {
+                let first: String = name
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !first.is_empty() {
+                    out.insert(first);
+                }
+            }
+        }
+        out
+    }
+
+    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, files);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn the_modules_form_layers_without_an_import_circle() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        walk(&src, &mut files);
+        let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for file in files {
+            let relative = file.strip_prefix(&src).expect("under src");
+            let first = relative.components().next().expect("a component");
+            let module = first
+                .as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_owned();
+            if module == "lib" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("read");
+            let used = uses.entry(module.clone()).or_default();
+            for target in targets(&text) {
+                let target = REEXPORTS
+                    .iter()
+                    .find(|(name, _)| *name == target)
+                    .map_or(target.clone(), |(_, m)| (*m).to_owned());
+                if target != module {
+                    used.insert(target);
+                }
+            }
+        }
+        // Depth-first: a module met again while on the path is a circle.
+        fn visit(
+            module: &str,
+            uses: &BTreeMap<String, BTreeSet<String>>,
+            path: &mut Vec<String>,
+            done: &mut BTreeSet<String>,
+        ) {
+            if let Some(at) = path.iter().position(|m| m == module) {
+                panic!(
+                    "import circle: {}",
+                    [&path[at..], &[module.to_owned()]].concat().join(" -> ")
+                );
+            }
+            if !done.insert(module.to_owned()) {
+                return;
+            }
+            path.push(module.to_owned());
+            for next in uses.get(module).into_iter().flatten() {
+                visit(next, uses, path, done);
+            }
+            path.pop();
+        }
+        for module in uses.keys() {
+            visit(module, &uses, &mut Vec::new(), &mut BTreeSet::new());
+        }
+        assert!(
+            uses["caller"].is_empty(),
+            "the caller depends on nothing: {uses:?}"
+        );
+        assert!(!uses["tasks"].contains("http"), "{uses:?}");
+        assert_eq!(
+            targets("use crate::{a, b::{c, d}, E};\ncrate::f::g"),
+            ["E", "a", "b", "f"].map(String::from).into()
+        );
+    }
+}
