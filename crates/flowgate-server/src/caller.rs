@@ -7,7 +7,7 @@
 //! instead of any transport's types, so every transport (and each task dialect) reaches the
 //! same code.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use flowgate_auth::{Authenticated, principal, scope};
 use tokio::time::Instant;
@@ -20,8 +20,12 @@ pub struct Caller {
     key: Arc<str>,
     request_id: Arc<str>,
     deadline: Option<Instant>,
-    gone: CancellationToken,
+    /// Cancelled when the caller goes away; `None` until a transport says how it notices.
+    gone: Option<CancellationToken>,
 }
+
+/// The anonymous principal key, shared (a caller is made per request).
+static ANONYMOUS_KEY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(principal::ANONYMOUS));
 
 impl Caller {
     /// A caller no identity established (stdio, or HTTP served without authentication): its
@@ -29,10 +33,10 @@ impl Caller {
     pub fn anonymous(request_id: impl Into<Arc<str>>) -> Self {
         Caller {
             identity: None,
-            key: Arc::from(principal::ANONYMOUS),
+            key: Arc::clone(&ANONYMOUS_KEY),
             request_id: request_id.into(),
             deadline: None,
-            gone: CancellationToken::new(),
+            gone: None,
         }
     }
 
@@ -56,7 +60,7 @@ impl Caller {
     /// The caller, whose going away (a dropped connection, a cancelled request) cancels `gone`.
     #[must_use]
     pub fn with_gone(mut self, gone: CancellationToken) -> Self {
-        self.gone = gone;
+        self.gone = Some(gone);
         self
     }
 
@@ -91,9 +95,12 @@ impl Caller {
         self.deadline
     }
 
-    /// Cancelled when the caller has gone away.
-    pub fn gone(&self) -> &CancellationToken {
-        &self.gone
+    /// Completes when the caller has gone away (never, on a transport that cannot tell).
+    pub async fn gone(&self) {
+        match &self.gone {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! record's own minimum or a throttle's `Retry-After`), and stops at the first of: the end of
 //! the execution, a question the caller cannot answer, the hold running out, the caller's
 //! deadline (less [`DEADLINE_MARGIN`], so the answer still reaches it), or the caller going
-//! away (its [`Caller::gone`] token).
+//! away ([`Caller::gone`]).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -75,7 +75,7 @@ impl FlowgateServer {
         loop {
             let read = tokio::select! {
                 biased;
-                () = caller.gone().cancelled() => return Waited::Gone,
+                () = caller.gone() => return Waited::Gone,
                 read = reading(kind, || entry.engine.get(execution)) => read,
             };
             let mut last_error = None;
@@ -122,7 +122,7 @@ impl FlowgateServer {
             }
             tokio::select! {
                 biased;
-                () = caller.gone().cancelled() => return Waited::Gone,
+                () = caller.gone() => return Waited::Gone,
                 () = tokio::time::sleep(pause) => {}
             }
         }
