@@ -1,7 +1,7 @@
 //! The [`Engine`] implementation over the Step Functions API.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -11,7 +11,6 @@ use aws_sdk_sfn::config::retry::RetryConfig;
 use aws_sdk_sfn::config::timeout::TimeoutConfig;
 use aws_sdk_sfn::types::SyncExecutionStatus;
 use chrono::Utc;
-use flowgate_core::pacing::Pacer;
 use flowgate_core::{
     Action, Capabilities, Engine, EngineError, EngineFailure, ExecutionRecord, ExecutionRef,
     ExecutionSummary, InputRequest, InputResponse, ListFilter, StartRequest, Started, TaskState,
@@ -20,6 +19,7 @@ use tokio::sync::OnceCell;
 
 use crate::error::{already_exists, classify};
 use crate::history::{End, Scan};
+use crate::quota::Quota;
 use crate::{KIND, SfnTarget, WorkflowType, mapping};
 
 /// The first page of a history read (newest first): enough for the events since the last
@@ -47,12 +47,14 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// StartSyncExecution runs an express workflow to its end: at most five minutes.
 const SYNC_CALL_TIMEOUT: Duration = Duration::from_secs(5 * 60 + 10);
 
-/// The refill rates AWS publishes for the calls one poll costs (standard workflows, calls a
-/// second per account and region). The large regions get more DescribeExecution.
-const GET_EXECUTION_HISTORY_REFILL: f64 = 20.0;
-const DESCRIBE_EXECUTION_REFILL_LARGE: f64 = 15.0;
-const DESCRIBE_EXECUTION_REFILL: f64 = 10.0;
-const LARGE_REGIONS: [&str; 3] = ["us-east-1", "us-west-2", "eu-west-1"];
+/// Listings never run more often than this, whatever the ListExecutions budget allows: a
+/// state machine of up to 1,000 running executions then costs one call a second, a fifth of
+/// what the large regions refill and half of the 2/s elsewhere, leaving the rest of that
+/// budget to the account's other programs (consoles, dashboards).
+const SWEEP_MIN: Duration = Duration::from_secs(1);
+/// The shortest interval advertised while listings tell ends apart: a client polling this
+/// often sees an end within about a sweep and a poll of it.
+const END_POLL: Duration = Duration::from_secs(2);
 
 /// What this instance knows of one execution: the history read so far and the last record.
 /// A process-local cache of what the engine said (never task state: any instance can rebuild
@@ -62,6 +64,11 @@ struct Tracked {
     scan: Option<Scan>,
     record: Option<(Instant, ExecutionRecord)>,
     used: Instant,
+    /// When the execution started, once known (its start here, or its history).
+    started: Option<chrono::DateTime<Utc>>,
+    /// Something changed it that its record does not show yet (an answer, a cancel): the
+    /// next poll reads it whatever its turn.
+    must_read: bool,
 }
 
 /// The executions this instance polls; one async lock each, so concurrent polls of one
@@ -92,39 +99,12 @@ impl Executions {
                     scan: None,
                     record: None,
                     used: Instant::now(),
+                    started: None,
+                    must_read: false,
                 }))
             })
             .clone()
     }
-}
-
-/// One pacer per quota: the account and region behind an endpoint and a role, and the call a
-/// poll costs. Tools on the same state machine account share it, as they share the quota.
-fn pacer_for(target: &SfnTarget) -> Arc<Pacer> {
-    static PACERS: OnceLock<Mutex<HashMap<String, Arc<Pacer>>>> = OnceLock::new();
-    let region = target.region();
-    let refill = if target.history {
-        GET_EXECUTION_HISTORY_REFILL
-    } else if LARGE_REGIONS.contains(&region.as_str()) {
-        DESCRIBE_EXECUTION_REFILL_LARGE
-    } else {
-        DESCRIBE_EXECUTION_REFILL
-    };
-    let account = target.state_machine_arn.split(':').nth(4).unwrap_or("");
-    let key = format!(
-        "{region}|{account}|{}|{}|{}",
-        target.endpoint_url.as_deref().unwrap_or(""),
-        target.role_arn.as_deref().unwrap_or(""),
-        target.history
-    );
-    let mut pacers = PACERS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    pacers
-        .entry(key)
-        .or_insert_with(|| Arc::new(Pacer::new(refill)))
-        .clone()
 }
 
 /// The Step Functions engine bound to one tool's state machine.
@@ -135,18 +115,26 @@ pub struct StepFunctionsEngine {
     /// credentials); a process-local cache of a client, never of task state.
     client: OnceCell<Client>,
     executions: Executions,
-    pacer: Arc<Pacer>,
+    quota: Quota,
 }
 
 impl StepFunctionsEngine {
-    /// An engine for `target`; no AWS call is made until the first operation.
+    /// An engine for `target`; no AWS call is made until the first operation. It takes the
+    /// share of the account's quota [`crate::QUOTA_SHARE_ENV`] says (all of it when unset;
+    /// [`crate::register`] refuses a bad value before any engine is made).
     pub fn new(target: SfnTarget) -> Self {
-        let pacer = pacer_for(&target);
+        Self::with_quota_share(target, crate::quota::share().unwrap_or(1.0))
+    }
+
+    /// An engine for `target` that takes `share` (in (0, 1]) of the account's API quota:
+    /// for several instances polling one account.
+    pub fn with_quota_share(target: SfnTarget, share: f64) -> Self {
+        let quota = Quota::of(&target, share.clamp(f64::MIN_POSITIVE, 1.0));
         StepFunctionsEngine {
             target,
             client: OnceCell::new(),
             executions: Executions::default(),
-            pacer,
+            quota,
         }
     }
 
@@ -156,7 +144,58 @@ impl StepFunctionsEngine {
 
     /// How many throttled answers this engine's quota has seen (for tests and benchmarks).
     pub fn throttled_count(&self) -> u64 {
-        self.pacer.throttled_count()
+        self.quota.reads.throttled_count() + self.quota.lists.throttled_count()
+    }
+
+    /// What to advertise for a running execution now, and how often listings run when they
+    /// are worth it. Reading every execution's history once a cycle shows its end within the
+    /// cycle; while the cycle is longer than a listing and a poll, listings show ends sooner,
+    /// and that shorter interval is what a poll can learn something from.
+    fn intervals(&self) -> (Duration, Option<Duration>) {
+        let cycle = self.quota.reads.interval();
+        let sweep_every = self.quota.lists.interval().max(SWEEP_MIN);
+        let ends_within = sweep_every.max(END_POLL);
+        if cycle <= ends_within {
+            (cycle, None)
+        } else {
+            (ends_within, Some(sweep_every))
+        }
+    }
+
+    /// Starts a listing in the background when one is due.
+    async fn sweep_if_due(&self, every: Duration) {
+        if let Some(plan) = self.quota.ends.begin(every) {
+            let client = self.client().await.clone();
+            tokio::spawn(crate::ends::sweep(
+                client,
+                self.quota.ends.clone(),
+                self.quota.lists.clone(),
+                plan,
+            ));
+        }
+    }
+
+    /// Follows a started execution: it counts against the quota from its start, and listings
+    /// watch for its end.
+    async fn follow_start(&self, execution: &ExecutionRef, created: chrono::DateTime<Utc>) {
+        self.quota.reads.polled(&execution.0);
+        self.quota.ends.watch(&execution.0, Some(created));
+        self.executions.of(execution).lock().await.started = Some(created);
+    }
+
+    /// What a poll that does not read shows: the task as last read, else running since its
+    /// start (a start here or a listing says it runs), else nothing.
+    fn unread(&self, execution: &ExecutionRef, tracked: &Tracked) -> Option<ExecutionRecord> {
+        if let Some((_, record)) = &tracked.record {
+            return Some(record.clone());
+        }
+        let started = tracked
+            .started
+            .or_else(|| self.quota.ends.listed_start(&execution.0))?;
+        let mut record = ExecutionRecord::new(TaskState::Working, "RUNNING", started);
+        record.status_message = Some("Running".into());
+        record.console_url = Some(self.console_url(execution));
+        Some(record)
     }
 
     /// Names a call for messages: the call and the state machine's name, never its ARN.
@@ -510,11 +549,13 @@ impl Engine for StepFunctionsEngine {
         match sent {
             Ok(out) => {
                 // A new task: it will be polled, so it counts against the quota from now.
-                self.pacer.polled(&out.execution_arn);
-                Ok(Started {
+                let started = Started {
                     execution: ExecutionRef(out.execution_arn),
                     created_at: mapping::time(&out.start_date),
-                })
+                };
+                self.follow_start(&started.execution, started.created_at)
+                    .await;
+                Ok(started)
             }
             // AWS says this both for a retry of this call (the same name and input) and for a
             // different call whose name renders the same, or an execution of that name that
@@ -524,9 +565,11 @@ impl Engine for StepFunctionsEngine {
                 let d = self.describe(&execution).await?;
                 if d.input().is_some_and(|i| mapping::same_input(i, &input)) {
                     tracing::info!(execution = %execution, "start reached the execution an earlier attempt started");
+                    let created_at = mapping::time(&d.start_date);
+                    self.follow_start(&execution, created_at).await;
                     Ok(Started {
                         execution,
-                        created_at: mapping::time(&d.start_date),
+                        created_at,
                     })
                 } else {
                     Err(EngineError::InvalidInput {
@@ -546,7 +589,7 @@ impl Engine for StepFunctionsEngine {
     }
 
     fn pacing(&self) -> Option<Duration> {
-        Some(self.pacer.interval())
+        Some(self.intervals().0)
     }
 
     fn execution_for(&self, request: &StartRequest) -> Option<ExecutionRef> {
@@ -625,17 +668,61 @@ impl Engine for StepFunctionsEngine {
             } else {
                 REUSE
             };
-            if at.elapsed() < keep {
+            if at.elapsed() < keep && !tracked.must_read {
                 return Ok(record.clone());
+            }
+        }
+        let arn = execution.0.as_str();
+        self.quota.reads.polled(arn);
+        let started = tracked.started.or_else(|| {
+            tracked
+                .scan
+                .as_ref()
+                .and_then(|s| s.started.as_ref())
+                .map(mapping::time)
+        });
+        self.quota.ends.watch(arn, started);
+        let (interval, sweep_every) = self.intervals();
+        if let Some(every) = sweep_every {
+            self.sweep_if_due(every).await;
+        }
+        // A read that cannot wait (a listing says the execution ended, a client changed it)
+        // goes now, out of the same budget; the others take their turn, least recently read
+        // first, and meanwhile the task is shown as last seen.
+        let suspected = self.quota.ends.suspected(arn);
+        if tracked.must_read || suspected {
+            self.quota.reads.spend(arn);
+        } else if !self.quota.reads.admit(arn) {
+            match self.unread(execution, &tracked) {
+                Some(mut record) => {
+                    record.min_poll_interval = Some(interval);
+                    return Ok(record);
+                }
+                // Nothing known of it yet: a first read may borrow from the budget, up to a
+                // point; beyond it, come back later.
+                None if self.quota.reads.admit_first(arn) => {}
+                None => {
+                    return Err(EngineError::Throttled {
+                        engine: KIND,
+                        retry_after: Some(interval),
+                    });
+                }
             }
         }
         match self.read(execution, &mut tracked).await {
             Ok(mut record) => {
+                tracked.must_read = false;
                 if record.state.is_terminal() {
-                    self.pacer.forget(&execution.0);
+                    self.quota.reads.forget(arn);
+                    self.quota.ends.forget(arn);
                 } else {
-                    self.pacer.polled(&execution.0);
-                    record.min_poll_interval = Some(self.pacer.interval());
+                    if suspected {
+                        self.quota.ends.cleared(arn);
+                    }
+                    record.min_poll_interval = Some(self.intervals().0);
+                }
+                if tracked.started.is_none() {
+                    tracked.started = Some(record.created_at);
                 }
                 tracked.record = Some((Instant::now(), record.clone()));
                 Ok(record)
@@ -643,11 +730,10 @@ impl Engine for StepFunctionsEngine {
             // Throttled: the account's quota is spent. The task is as last seen (a throttled
             // read changes nothing), and clients are asked to come back later.
             Err(EngineError::Throttled { .. }) => {
-                self.pacer.throttled();
-                let interval = self.pacer.interval();
-                match &tracked.record {
-                    Some((_, last)) => {
-                        let mut record = last.clone();
+                self.quota.reads.throttled();
+                let interval = self.intervals().0;
+                match self.unread(execution, &tracked) {
+                    Some(mut record) => {
                         record.min_poll_interval = Some(interval);
                         Ok(record)
                     }
@@ -657,7 +743,13 @@ impl Engine for StepFunctionsEngine {
                     }),
                 }
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                if e.is_not_found() {
+                    self.quota.reads.forget(arn);
+                    self.quota.ends.forget(arn);
+                }
+                Err(e)
+            }
         }
     }
 
@@ -673,11 +765,13 @@ impl Engine for StepFunctionsEngine {
         // Only a wait the whole history shows open is answered: a key that is not (or no
         // longer) outstanding is NotFound, never reported as delivered.
         let mut scan = tracked.scan.clone().unwrap_or_default();
+        self.quota.reads.spend(&execution.0);
         self.catch_up(execution, &mut scan).await?;
         let complete = scan.complete;
         let pending = scan.pending().find(|p| p.key == key).cloned();
         tracked.scan = Some(scan);
         tracked.record = None;
+        tracked.must_read = true;
         if !complete {
             return Err(EngineError::Unavailable {
                 engine: KIND,
@@ -734,7 +828,11 @@ impl Engine for StepFunctionsEngine {
     async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
         self.check_owned(execution)?;
         let tracked = self.executions.of(execution);
-        tracked.lock().await.record = None;
+        {
+            let mut tracked = tracked.lock().await;
+            tracked.record = None;
+            tracked.must_read = true;
+        }
         self.client()
             .await
             .stop_execution()

@@ -4,7 +4,8 @@
 //! | flowgate | Step Functions |
 //! |---|---|
 //! | start | `StartExecution`, always named: the tool's `execution_name` template, else the call's idempotency key |
-//! | get | `GetExecutionHistory`, newest first, from where this instance last read (`DescribeExecution` with `history: false`) |
+//! | get | `GetExecutionHistory`, newest first, from where this instance last read (`DescribeExecution` with `history: false`), in turn within the budget |
+//! | which executions ended | `ListExecutions` with statusFilter RUNNING, between reads |
 //! | respond | `SendTaskSuccess` (accept) / `SendTaskFailure` (decline, cancel) with the waiting task token |
 //! | cancel | `StopExecution` |
 //! | list | `ListExecutions` |
@@ -21,9 +22,9 @@
 //! `ann/lee`) or that were cut at 80 characters end with a digest of the rendered text, so
 //! different values never share a name.
 //!
-//! **One call a poll.** A history only grows, so each instance keeps, per execution, what it
+//! **One call a read.** A history only grows, so each instance keeps, per execution, what it
 //! has folded in (the open waits, the current state, the end) and reads only the newer events:
-//! one `GetExecutionHistory` page per poll in the steady state, however long the history, and
+//! one `GetExecutionHistory` page per read in the steady state, however long the history, and
 //! every open wait is found (a full read, oldest first and a few pages a poll, when an instance
 //! first sees an execution). The closing
 //! event carries the result, so a finished execution costs one call, then none: its record is
@@ -32,10 +33,17 @@
 //! `TaskTimedOut`, `TaskStateAborted` (a Parallel's failed sibling) and the execution's end.
 //!
 //! **Quota.** AWS throttles per account with token buckets (GetExecutionHistory refills
-//! 20/s, DescribeExecution 15/s in the large regions and 10/s elsewhere). The advertised
-//! `pollIntervalMs` keeps this instance's polls within 80% of that refill (500 running
-//! executions: about 31 s), and doubles for every throttled answer (calming down after 20 s
-//! without one); a throttled poll answers with the task as last seen, never an error.
+//! 20/s, DescribeExecution 15/s in the large regions and 10/s elsewhere, ListExecutions 5/s
+//! and 2/s). Reads of running executions stay within 80% of the read refill: each execution
+//! is read once per *cycle* (500 executions: 31 s), least recently read first, and a poll
+//! between its reads shows the task as last read. When the cycle is longer than a listing
+//! and a poll, ListExecutions (statusFilter RUNNING, 1,000 executions a page) tells which
+//! executions ended: a listing runs about once a second, an execution it no longer shows is
+//! read at its next poll, out of the same budget, and the advertised `pollIntervalMs` is that
+//! shorter interval (2 s), the one in which a poll can learn of an end. Throttled answers
+//! double the intervals (calming down after 20 s without one); a throttled poll answers with
+//! the task as last seen, never an error. Instances sharing an account take the share
+//! [`QUOTA_SHARE_ENV`] says.
 //! Every call has a deadline (3 s to connect, 5 s an attempt; StartSyncExecution 5 min), and
 //! the SDK's own retries are off: the server's retry policy is the only one.
 //!
@@ -73,16 +81,19 @@
 //! or cancel fail the task with `flowgate.Declined` / `flowgate.Cancelled`.
 
 mod config;
+mod ends;
 mod engine;
 mod error;
 mod history;
 mod mapping;
 mod policy;
+mod quota;
 mod sync_host;
 
 pub use config::{SfnTarget, WorkflowType};
 pub use engine::StepFunctionsEngine;
 pub use policy::{granted_actions, policies};
+pub use quota::SHARE_ENV as QUOTA_SHARE_ENV;
 
 /// The engine kind manifests name: `engine: stepfunctions`.
 pub const KIND: &str = "stepfunctions";
@@ -93,6 +104,7 @@ pub fn register(registry: &mut flowgate_core::Registry) {
         KIND,
         Box::new(|spec| {
             let target = SfnTarget::from_manifest(spec)?;
+            quota::share().map_err(flowgate_core::TargetError::whole)?;
             Ok(std::sync::Arc::new(StepFunctionsEngine::new(target))
                 as std::sync::Arc<dyn flowgate_core::Engine>)
         }),

@@ -104,6 +104,14 @@ pub fn pass_wait_pass(seconds: u64) -> Value {
     })
 }
 
+/// A single Wait of `$.seconds` (the input's): one machine for short and long executions.
+pub fn waits_for_input_seconds() -> Value {
+    json!({
+        "StartAt": "Wait",
+        "States": {"Wait": {"Type": "Wait", "SecondsPath": "$.seconds", "End": true}}
+    })
+}
+
 /// A machine that fails with `error` and `cause` after a short Pass.
 pub fn failing(error: &str, cause: &str) -> Value {
     json!({

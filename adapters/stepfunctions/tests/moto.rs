@@ -780,3 +780,120 @@ async fn a_version_or_alias_arn_starts_there_and_follows_the_execution() {
         "{text}"
     );
 }
+
+/// More executions than the history budget can read within an end's worth of time: a listing
+/// (ListExecutions, a bucket of its own) tells which ended, and a poll shows the end within the
+/// advertised interval, while the other executions' histories are read in turn, least recently
+/// read first, within the budget.
+#[tokio::test]
+async fn an_end_is_seen_within_the_advertised_interval_while_the_history_budget_is_spent() {
+    let url = moto_url();
+    let arn = create_machine(
+        &admin_client(&url),
+        &unique("ends"),
+        &waits_for_input_seconds(),
+    )
+    .await;
+    // The listing lags a second behind, as AWS's may (it is eventually consistent).
+    let scope = ProxyScope::new("ends", json!({"list_lag": 1})).await;
+    // A quarter of the account: 4 history reads a second, one listing a second. 64 executions
+    // take 16 s to read in turn; a listing and a poll show an end within about 3 s. The short
+    // one is read first, while it runs, and ends long before its next turn.
+    let target = SfnTarget::from_config(
+        json!({"state_machine_arn": arn, "endpoint_url": scope.endpoint})
+            .as_object()
+            .expect("object"),
+        &tool_schema(),
+    )
+    .expect("target");
+    let e = StepFunctionsEngine::with_quota_share(target, 0.25);
+    let t0 = std::time::Instant::now();
+    let short = e
+        .start(request(json!({"seconds": 10})))
+        .await
+        .expect("start")
+        .execution;
+    let mut long = Vec::new();
+    for _ in 0..63 {
+        long.push(
+            e.start(request(json!({"seconds": 300})))
+                .await
+                .expect("start")
+                .execution,
+        );
+    }
+    let interval = e.pacing().expect("an interval");
+    assert_eq!(
+        interval,
+        Duration::from_secs(2),
+        "the end's interval is advertised, not the 16 s history cycle"
+    );
+    let first = e.get(&short).await.expect("get");
+    assert_eq!(
+        first.status_message.as_deref(),
+        Some("In state Wait"),
+        "{first:?}"
+    );
+    // The clients: the short execution's polls come every half second, the others' every
+    // advertised interval.
+    let mut next_round = std::time::Instant::now();
+    let ended = loop {
+        let r = e.get(&short).await.expect("get");
+        if r.state.is_terminal() {
+            break r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "the end was never seen"
+        );
+        if std::time::Instant::now() >= next_round {
+            for x in &long {
+                let r = e
+                    .get(x)
+                    .await
+                    .expect("a poll that does not read is no error");
+                assert_eq!(r.state, TaskState::Working, "{r:?}");
+                assert_eq!(r.min_poll_interval, Some(interval), "{r:?}");
+            }
+            next_round += interval;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(ended.state, TaskState::Completed, "{ended:?}");
+    let late = (chrono::Utc::now() - ended.updated_at)
+        .to_std()
+        .expect("seen after it ended");
+    assert!(
+        late < Duration::from_secs(5),
+        "the end was seen {late:?} after it happened"
+    );
+    let spent = t0.elapsed().as_secs_f64();
+    let report = scope.report().await;
+    assert_eq!(report["throttled"], json!({}), "{report}");
+    assert!(
+        report["calls"]["ListExecutions"].as_u64().unwrap_or(0) >= 1,
+        "{report}"
+    );
+    // Within the budget: a bucket of 8 reads, 4 a second, and the end's read out of it.
+    let reads = report["calls"]["GetExecutionHistory"].as_u64().unwrap_or(0);
+    assert!(
+        (reads as f64) <= 8.0 + 4.0 * spent + 1.0,
+        "{reads} reads in {spent:.1} s"
+    );
+    // Least recently read first: every read of the others went to one never read before
+    // (the short execution's two reads: its first, and the one that found its end), and no
+    // read went to an execution the lagging listing did not show yet.
+    let mut read = 0;
+    for x in &long {
+        let r = e.get(x).await.expect("get");
+        if r.status_message.as_deref() == Some("In state Wait") {
+            read += 1;
+        }
+    }
+    let reads = scope.calls("GetExecutionHistory").await;
+    assert_eq!(read + 2, reads, "{read} executions read, {reads} reads");
+    assert!(read < 63, "the budget cannot have read them all yet");
+    for x in &long {
+        e.cancel(x).await.expect("cancel");
+    }
+}

@@ -224,18 +224,20 @@ async fn call(
     };
     match server.call(caller, call).await? {
         Called::Task(view) => Ok(v2025::created(&view.task_id, &view.wire.envelope())),
-        Called::Complete(result) => {
-            // No task was started: the call's own result says why (invalid arguments, say).
+        // Refused before anything started (invalid arguments, say): a task-augmented call must
+        // answer with a task, so the refusal is an error that says why.
+        Called::Complete(result) if result.is_error == Some(true) => {
             let why: Vec<String> = result
                 .content
                 .iter()
                 .filter_map(|c| c.as_text().map(|t| t.text.clone()))
                 .collect();
-            Err(ErrorData::internal_error(
-                format!("tool {name} did not start a task: {}", why.join(" ")),
-                None,
-            ))
+            Err(ErrorData::invalid_params(why.join("\n"), None))
         }
+        Called::Complete(_) => Err(ErrorData::internal_error(
+            format!("tool {name} did not start a task"),
+            None,
+        )),
         Called::Ask(_) => Err(ErrorData::internal_error(
             format!("tool {name} did not start a task"),
             None,

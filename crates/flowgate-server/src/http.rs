@@ -16,7 +16,8 @@
 //!    without `Mcp-Name` gets the header from its `taskId`.
 //! 4. `scopes`: a `tools/call` of a tool the caller's scopes do not allow gets 403 with the
 //!    identity's challenge (only when an identity is configured).
-//! 5. `dialect`: 2025-11-25 task requests are answered by `crate::dialect_2025`.
+//! 5. `dialect`: 2025-11-25 task requests are answered by `crate::dialect_2025`, after the
+//!    same `Host` and `Origin` checks as rmcp's (`origins::Guard`).
 //! 6. rmcp's `StreamableHttpService` (its `Host` and `Origin` checks, module `origins`, then
 //!    the JSON-RPC decoding and the protocol's header checks), which calls `crate::mcp`, the
 //!    `ServerHandler`, with the caller from the extensions.
@@ -94,6 +95,11 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
             .enforce_origin_validation();
     }
     let body_limit = config.max_request_body_bytes;
+    // The same checks for the requests answered before rmcp.
+    let guard = origins::Guard {
+        hosts: config.allowed_hosts.clone(),
+        origins: origins::allowlist(&options.allowed_origins),
+    };
     let service = McpService::new(server.clone(), caller_of);
     let service = StreamableHttpService::new(
         move || Ok(service.clone()),
@@ -101,11 +107,15 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         config,
     );
     // Layers run outermost last-added: see the module's list for the order a request meets.
+    let dialect = dialect::Dialect {
+        server: server.clone(),
+        guard,
+    };
     let mut mcp =
         Router::new()
             .nest_service("/mcp", service)
             .layer(axum::middleware::from_fn_with_state(
-                server.clone(),
+                dialect,
                 dialect::serve_2025,
             ));
     if let Some(identity) = &options.identity {

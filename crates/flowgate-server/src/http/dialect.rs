@@ -1,7 +1,9 @@
 //! The 2025-11-25 tasks dialect on HTTP: the messages `crate::dialect_2025` claims are
 //! answered here, with the request's [`Caller`]; everything else goes on to rmcp.
 //!
-//! An answer is plain JSON, except `tasks/result` for a client that takes a stream (`Accept`
+//! Answered before rmcp, these requests first pass the same `Host` and `Origin` checks rmcp
+//! makes ([`Guard`]); a refusal is a JSON-RPC error (`-32600`) saying what was refused. An
+//! answer is plain JSON, except `tasks/result` for a client that takes a stream (`Accept`
 //! names `text/event-stream`): its answer is an SSE stream carrying each question as an
 //! `elicitation/create` request, then the result. The caller goes away with the request (or
 //! the stream), which ends its hold.
@@ -17,13 +19,21 @@ use futures::StreamExt as _;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::origins::Guard;
 use crate::dialect_2025::{self, Handled, Question};
 use crate::jsonrpc::Incoming;
 use crate::{Caller, FlowgateServer};
 
+/// What the layer needs: the server, and the transport's `Host` and `Origin` checks.
+#[derive(Debug, Clone)]
+pub(crate) struct Dialect {
+    pub(crate) server: FlowgateServer,
+    pub(crate) guard: Guard,
+}
+
 /// The layer: the dialect's messages are answered here, everything else passes.
 pub(crate) async fn serve_2025(
-    State(server): State<FlowgateServer>,
+    State(Dialect { server, guard }): State<Dialect>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -38,6 +48,19 @@ pub(crate) async fn serve_2025(
         return next.run(request).await;
     }
     let (message, caller) = (Arc::clone(message), caller.clone());
+    if let Some((status, why)) = guard.refusal(request.uri(), request.headers()) {
+        tracing::warn!(%status, why, "refused a 2025-11-25 request");
+        let refused = rmcp::ErrorData::invalid_request(
+            format!("the request was refused ({status}): {why}"),
+            None,
+        );
+        let mut response = json(&dialect_2025::reply_json(
+            message.id.as_ref(),
+            &Err(refused),
+        ));
+        *response.status_mut() = status;
+        return response;
+    }
     if message.method() == "tasks/result" && takes_stream(request.headers()) {
         return stream(server, caller, message);
     }

@@ -8,7 +8,7 @@
 
 use axum::http::HeaderName;
 use axum::http::request::Parts;
-use flowgate_auth::google::IAP_HEADER;
+use flowgate_auth::google::{AllowList, IAP_HEADER};
 use flowgate_auth::{Identified, Identity, Mode, Refused, TokenValidator, bearer};
 
 /// Which Google credential a [`GoogleIdentity`] reads.
@@ -29,34 +29,24 @@ pub enum GoogleCredential {
 pub struct GoogleIdentity {
     credential: GoogleCredential,
     validator: TokenValidator,
-    allowed: Vec<String>,
+    allowed: AllowList,
 }
 
 impl GoogleIdentity {
     /// Reads `credential`, checked by `validator` (built from
     /// `flowgate_auth::google::{id_token_config, iap_config}`), letting through the callers
-    /// `allowed` names: an exact email (or subject), or `*@domain` for a whole domain. Empty:
-    /// everyone the token is valid for.
+    /// `allowed` names (verified emails, `hd` domains: see [`AllowList`]). Empty: everyone the
+    /// token is valid for.
     pub fn new(
         credential: GoogleCredential,
         validator: TokenValidator,
-        allowed: Vec<String>,
+        allowed: AllowList,
     ) -> Self {
         GoogleIdentity {
             credential,
             validator,
             allowed,
         }
-    }
-
-    fn admits(&self, subject: &str) -> bool {
-        self.allowed.is_empty()
-            || self.allowed.iter().any(|a| match a.strip_prefix('*') {
-                Some(domain) if domain.starts_with('@') => subject
-                    .to_ascii_lowercase()
-                    .ends_with(&domain.to_ascii_lowercase()),
-                _ => a.eq_ignore_ascii_case(subject),
-            })
     }
 
     fn token<'a>(&self, parts: &'a Parts) -> Result<&'a str, Refused> {
@@ -97,17 +87,17 @@ impl Identity for GoogleIdentity {
     fn identify<'a>(&'a self, parts: &'a Parts) -> Identified<'a> {
         Box::pin(async move {
             let token = self.token(parts)?;
-            let caller = self
+            let identity = self
                 .validator
-                .validate(token)
+                .validate_identity(token)
                 .await
                 .map_err(|e| Refused::from_validation(&e))?;
-            if !self.admits(&caller.principal.subject) {
+            if !self.allowed.admits(&identity) {
                 return Err(Refused::not_allowed(
                     "this caller is not among the principals allowed to call this server",
                 ));
             }
-            Ok(caller)
+            Ok(identity.caller)
         })
     }
 
