@@ -109,7 +109,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     // Layers run outermost last-added: see the module's list for the order a request meets.
     let dialect = dialect::Dialect {
         server: server.clone(),
-        guard,
+        guard: Arc::new(guard),
     };
     let mut mcp =
         Router::new()

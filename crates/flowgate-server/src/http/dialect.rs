@@ -24,11 +24,12 @@ use crate::dialect_2025::{self, Handled, Question};
 use crate::jsonrpc::Incoming;
 use crate::{Caller, FlowgateServer};
 
-/// What the layer needs: the server, and the transport's `Host` and `Origin` checks.
+/// What the layer needs: the server, and the transport's `Host` and `Origin` checks (shared:
+/// the state is cloned for every request).
 #[derive(Debug, Clone)]
 pub(crate) struct Dialect {
     pub(crate) server: FlowgateServer,
-    pub(crate) guard: Guard,
+    pub(crate) guard: Arc<Guard>,
 }
 
 /// The layer: the dialect's messages are answered here, everything else passes.
