@@ -41,7 +41,14 @@ pub(crate) fn parse(name: &str) -> Option<Marked<'_>> {
     let (tool, marker) = call.rsplit_once(KEY_PREFIX)?;
     let (key, tag) = marker.split_once('.')?;
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
-    (!tool.is_empty() && hex(key, 32) && hex(tag, 16)).then_some(Marked {
+    // The tag as the server gave it (16 hex digits), or any other name-safe word a caller of
+    // the engine chose.
+    let word = |s: &str| {
+        (1..=64).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    (!tool.is_empty() && hex(key, 32) && word(tag)).then_some(Marked {
         principal_tag: tag,
         declined,
     })
@@ -81,6 +88,9 @@ mod tests {
         assert_eq!(declined_name(&declined, "approve", "ops-bot"), declined);
         assert_eq!(parse("Build pipeline"), None);
         assert_eq!(parse("x fg-nothex.abc"), None);
+        let key = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse(&format!("x fg-{key}.a b")), None);
+        assert!(parse(&format!("x fg-{key}.principal-1")).is_some());
         let long = declined_name(&name, &"j".repeat(400), "who");
         assert_eq!(long.chars().count(), 255);
         assert!(parse(&long).is_some());
