@@ -17,7 +17,9 @@
 //! 4. `scopes`: a `tools/call` of a tool the caller's scopes do not allow gets 403 with the
 //!    identity's challenge (only when an identity is configured).
 //! 5. `dialect`: 2025-11-25 task requests are answered by `crate::dialect_2025`, after the
-//!    same `Host` and `Origin` checks as rmcp's (`origins::Guard`).
+//!    same `Host` and `Origin` checks as rmcp's (`origins::Guard`); so is a 2026-07-28
+//!    `tasks/get` that passes every check rmcp makes (`poll`: the most frequent request,
+//!    spared rmcp's per-request service and its second decoding of the body).
 //! 6. rmcp's `StreamableHttpService` (its `Host` and `Origin` checks, module `origins`, then
 //!    the JSON-RPC decoding and the protocol's header checks), which calls `crate::mcp`, the
 //!    `ServerHandler`, with the caller from the extensions.
@@ -30,6 +32,7 @@ mod identity;
 mod oauth;
 mod origins;
 mod parse;
+mod poll;
 mod request_id;
 mod scopes;
 
@@ -111,29 +114,27 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         server: server.clone(),
         guard: Arc::new(guard),
     };
-    let mut mcp =
-        Router::new()
-            .nest_service("/mcp", service)
-            .layer(axum::middleware::from_fn_with_state(
-                dialect,
-                dialect::serve_2025,
-            ));
+    let mut mcp = Router::new().nest_service("/mcp", service).route_layer(
+        axum::middleware::from_fn_with_state(dialect, dialect::serve_2025),
+    );
     if let Some(identity) = &options.identity {
         let check = scopes::ScopeCheck {
             identity: Arc::clone(identity),
             server,
         };
-        mcp = mcp.layer(axum::middleware::from_fn_with_state(
+        mcp = mcp.route_layer(axum::middleware::from_fn_with_state(
             check,
             scopes::require_scopes,
         ));
     }
+    // `route_layer`: the layers serve `/mcp` alone; any other path is the plain 404 of the
+    // HTTP stack (what the benchmark's floor measures), never an MCP answer.
     let mut app = mcp
-        .layer(axum::middleware::from_fn_with_state(
+        .route_layer(axum::middleware::from_fn_with_state(
             body_limit,
             parse::parse,
         ))
-        .layer(axum::middleware::from_fn_with_state(
+        .route_layer(axum::middleware::from_fn_with_state(
             options.identity.clone(),
             authenticate::authenticate,
         ));
@@ -353,6 +354,101 @@ mod tests {
             .expect("request");
         let (status, _, _) = answer(&app, metadata).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    /// Only `/mcp` speaks MCP: the same poll, on either wire, to another path is the HTTP
+    /// stack's empty 404 (and no identity is asked: nothing there needs a caller).
+    #[tokio::test]
+    async fn other_paths_answer_404_without_reading_the_request() {
+        let app = app(Some(Arc::new(HeaderIdentity)));
+        let carol = [("x-test-caller", "carol")];
+        let (_, _, body) = answer(
+            &app,
+            request(
+                "tools/call",
+                json!({"name": "open", "arguments": {}}),
+                true,
+                &carol,
+            ),
+        )
+        .await;
+        let task_id = body["result"]["taskId"]
+            .as_str()
+            .expect("a task")
+            .to_owned();
+        let get = request("tasks/get", json!({"taskId": task_id}), true, &carol);
+        let (status, _, body) = answer(&app, get).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        for revision in ["2026-07-28", "2025-11-25"] {
+            let mut get = request("tasks/get", json!({"taskId": task_id}), true, &[]);
+            *get.uri_mut() = "/elsewhere".parse().expect("uri");
+            get.headers_mut()
+                .insert("mcp-protocol-version", revision.parse().expect("value"));
+            get.headers_mut()
+                .insert("mcp-name", task_id.parse().expect("value"));
+            let response = app.clone().oneshot(get).await.expect("answer");
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{revision}");
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .expect("body");
+            assert!(bytes.is_empty(), "{revision}: {bytes:?}");
+        }
+    }
+
+    /// A poll answered before rmcp (module `poll`) gets exactly rmcp's answer: the same
+    /// status, type and body, for a task, a forged id, another caller's task and a client that
+    /// did not declare the tasks extension (which rmcp answers itself). An `Accept` with
+    /// weights is one the fast path leaves to rmcp, so the two can be compared.
+    #[tokio::test]
+    async fn a_poll_answered_before_rmcp_is_answered_as_rmcp_answers_it() {
+        let app = app(Some(Arc::new(HeaderIdentity)));
+        let carol = [("x-test-caller", "carol")];
+        let (_, _, body) = answer(
+            &app,
+            request(
+                "tools/call",
+                json!({"name": "open", "arguments": {}}),
+                true,
+                &carol,
+            ),
+        )
+        .await;
+        let task_id = body["result"]["taskId"]
+            .as_str()
+            .expect("a task")
+            .to_owned();
+        let forged = format!("{}x", &task_id[..task_id.len() - 1]);
+        let cases: [(&str, &str, bool); 4] = [
+            (&task_id, "carol", true),
+            (&forged, "carol", true),
+            (&task_id, "mallory", true),
+            (&task_id, "carol", false),
+        ];
+        for (id, who, tasks) in cases {
+            let poll = |accept: &str| {
+                let mut r = request(
+                    "tasks/get",
+                    json!({"taskId": id}),
+                    tasks,
+                    &[("x-test-caller", who)],
+                );
+                r.headers_mut()
+                    .insert("mcp-name", id.parse().expect("value"));
+                r.headers_mut()
+                    .insert("accept", accept.parse().expect("value"));
+                r
+            };
+            let fast = answer(&app, poll("application/json, text/event-stream")).await;
+            let rmcp = answer(&app, poll("application/json;q=1, text/event-stream")).await;
+            assert_eq!(
+                fast.0, rmcp.0,
+                "{id} {who} {tasks}: {} vs {}",
+                fast.2, rmcp.2
+            );
+            assert_eq!(fast.1.get("content-type"), rmcp.1.get("content-type"));
+            assert_eq!(fast.2, rmcp.2, "{id} {who} {tasks}");
+            assert_ne!(fast.2, Value::Null);
+        }
     }
 
     #[tokio::test]

@@ -10,6 +10,8 @@ use serde_json::{Map, Value};
 /// The parts of a JSON-RPC message flowgate looks at before (or instead of) rmcp.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Incoming {
+    /// Whether `jsonrpc` is `"2.0"`, as every message must say.
+    pub(crate) jsonrpc_2_0: bool,
     /// `id`, as sent (requests and responses).
     pub(crate) id: Option<Value>,
     /// `method` (requests and notifications).
@@ -42,12 +44,14 @@ impl Incoming {
         let Value::Object(mut message) = value else {
             return Incoming::default();
         };
+        let jsonrpc_2_0 = message.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
         let mut take = |key: &str| message.remove(key);
         let method = match take("method") {
             Some(Value::String(m)) => Some(m),
             _ => None,
         };
         let mut incoming = Incoming {
+            jsonrpc_2_0,
             id: take("id"),
             params: take("params").unwrap_or(Value::Null),
             result: take("result"),
@@ -108,6 +112,7 @@ mod tests {
         assert_eq!(m.id, Some(json!(7)));
         assert_eq!(m.name(), Some("fg1.k.x"));
         assert!(m.is_in("2026-07-28"));
+        assert!(m.jsonrpc_2_0);
         let call = Incoming::from_value(
             json!({"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"deploy"}}),
             None,
@@ -145,6 +150,7 @@ mod tests {
         );
         let odd = Incoming::from_value(json!({"id": 7, "x": 1}), None);
         assert_eq!(odd.id, Some(json!(7)));
+        assert!(!odd.jsonrpc_2_0);
         assert!(Incoming::parse(b"{\"jsonrpc\": ", None).is_err());
     }
 }

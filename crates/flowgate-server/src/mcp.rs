@@ -154,7 +154,7 @@ fn task(view: &TaskView) -> Task {
 }
 
 /// The task with its payload, as rmcp's `DetailedTask` (`tasks/get`).
-fn detailed(view: TaskView) -> DetailedTask {
+pub(crate) fn detailed(view: TaskView) -> DetailedTask {
     let task = task(&view);
     let payload = match view.wire.outcome {
         Outcome::Working => TaskPayload::Working,

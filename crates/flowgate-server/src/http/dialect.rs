@@ -1,5 +1,6 @@
 //! The 2025-11-25 tasks dialect on HTTP: the messages `crate::dialect_2025` claims are
-//! answered here, with the request's [`Caller`]; everything else goes on to rmcp.
+//! answered here, with the request's [`Caller`]; so is a 2026-07-28 `tasks/get` that rmcp
+//! would accept as it stands (module `poll`); everything else goes on to rmcp.
 //!
 //! Answered before rmcp, these requests first pass the same `Host` and `Origin` checks rmcp
 //! makes ([`Guard`]); a refusal is a JSON-RPC error (`-32600`) saying what was refused. An
@@ -20,6 +21,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::origins::Guard;
+use super::poll;
 use crate::dialect_2025::{self, Handled, Question};
 use crate::jsonrpc::Incoming;
 use crate::{Caller, FlowgateServer};
@@ -46,6 +48,10 @@ pub(crate) async fn serve_2025(
         return next.run(request).await;
     };
     if !dialect_2025::claims(&server, message) {
+        // A 2026-07-28 poll rmcp would accept as it stands is answered here (module `poll`).
+        if let Some(poll) = poll::take(&server, &guard, request.uri(), request.headers(), message) {
+            return poll::answer(&server, caller, poll).await;
+        }
         return next.run(request).await;
     }
     let (message, caller) = (Arc::clone(message), caller.clone());
