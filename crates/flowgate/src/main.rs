@@ -4,7 +4,6 @@
 mod auth;
 mod cli;
 mod env_vars;
-mod held_result;
 mod helpers;
 mod keys;
 #[cfg(feature = "lambda")]
