@@ -209,6 +209,10 @@ mod tests {
                     None => Err(Refused::missing("no caller")),
                     Some("bad") => Err(Refused::invalid("a bad credential")),
                     Some("down") => Err(Refused::unavailable("no keys")),
+                    Some("down-for-a-while") => {
+                        Err(Refused::unavailable("no keys")
+                            .retry_after(Duration::from_millis(119_200)))
+                    }
                     Some(who) => Ok(Authenticated {
                         principal: Principal {
                             issuer: "test".into(),
@@ -332,6 +336,15 @@ mod tests {
             Some(&b"5"[..])
         );
         assert_eq!(body["error"], "temporarily_unavailable");
+        // When the identity knows when it tries again, the client is told (rounded up).
+        let later = [("x-test-caller", "down-for-a-while")];
+        let (status, headers, _) =
+            answer(&app, request("tools/list", json!({}), true, &later)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            headers.get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"120"[..])
+        );
 
         // Carol lacks `deploy`: the tool is not listed, and a call is 403 with the challenge.
         let carol = [("x-test-caller", "carol")];

@@ -81,10 +81,11 @@ fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
         .with_gone(ctx.ct.clone())
 }
 
-/// A JSON-RPC id as the request id of log lines: a string as it is, a number in decimal.
+/// A JSON-RPC id as the request id of log lines: a number in decimal, a string as it is when
+/// it is a short token (else a fresh id, as on HTTP).
 fn id_text(id: &Value) -> String {
     match id {
-        Value::String(s) => s.clone(),
+        Value::String(s) => crate::caller::request_id(Some(s)),
         other => other.to_string(),
     }
 }

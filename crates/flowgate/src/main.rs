@@ -1,6 +1,18 @@
 //! The `flowgate` command: serve a manifest over MCP, check or list a manifest, and the helpers
 //! (`ask`, `status`) that commands run by the local engine call.
 
+use clap::Parser;
+
+/// Prints a line of a command's output on stdout. A reader that went away (`flowgate policy |
+/// head`) ends the output quietly instead of panicking as `println!` does on a broken pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+pub(crate) use out;
+
 mod auth;
 mod cli;
 mod env_vars;
@@ -15,8 +27,6 @@ mod platform_deadline;
 mod policy;
 mod serve;
 mod setup;
-
-use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     // Lambda starts a custom runtime's `bootstrap` without arguments: that means `serve`.
@@ -34,7 +44,7 @@ fn main() -> std::process::ExitCode {
         cli::Command::Policy { manifest } => policy::print(&manifest),
         cli::Command::Env => {
             for (name, what) in env_vars::ENV_VARS {
-                println!("{name:<30} {what}");
+                out!("{name:<30} {what}");
             }
             std::process::ExitCode::SUCCESS
         }
