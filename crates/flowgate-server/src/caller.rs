@@ -8,10 +8,15 @@
 //! same code.
 
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use flowgate_auth::{Authenticated, principal, scope};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// How long before the platform's deadline a request stops waiting (for the engine, for an
+/// execution), leaving time to answer (and to stop the execution of a synchronous call).
+pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 
 /// The caller of one request.
 #[derive(Debug, Clone)]
@@ -93,6 +98,20 @@ impl Caller {
     /// When the platform ends the request, if it does.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    /// When the request stops waiting: [`DEADLINE_MARGIN`] before its deadline.
+    pub(crate) fn answer_by(&self) -> Option<Instant> {
+        self.deadline
+            .map(|d| d.checked_sub(DEADLINE_MARGIN).unwrap_or(d))
+    }
+
+    /// `limit`, or less when the request must answer sooner ([`Caller::answer_by`]).
+    pub(crate) fn bound(&self, limit: Duration) -> Duration {
+        match self.answer_by() {
+            Some(by) => limit.min(by.saturating_duration_since(Instant::now())),
+            None => limit,
+        }
     }
 
     /// Completes when the caller has gone away (never, on a transport that cannot tell).

@@ -16,7 +16,6 @@ pub(crate) use out;
 mod auth;
 mod cli;
 mod env_vars;
-mod held_result;
 mod helpers;
 mod keys;
 #[cfg(feature = "lambda")]
