@@ -34,7 +34,7 @@ use tokio::io::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::dialect_2025::{self, Handled, Question, V2025};
+use crate::dialect_2025::{self, Handled, Outbox, Question, V2025};
 use crate::jsonrpc::Incoming;
 use crate::mcp::McpService;
 use crate::{Caller, FlowgateServer};
@@ -81,10 +81,11 @@ fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
         .with_gone(ctx.ct.clone())
 }
 
-/// A JSON-RPC id as the request id of log lines: a string as it is, a number in decimal.
+/// A JSON-RPC id as the request id of log lines: a number in decimal, a string as it is when
+/// it is a short token (else a fresh id, as on HTTP).
 fn id_text(id: &Value) -> String {
     match id {
-        Value::String(s) => s.clone(),
+        Value::String(s) => crate::caller::request_id(Some(s)),
         other => other.to_string(),
     }
 }
@@ -154,7 +155,14 @@ impl Route {
                     id,
                 ));
             };
-            let handled = dialect_2025::handle(&server, &caller, &message, Some(&ask)).await;
+            // stdio has no deadline and cannot resume a request: a hold that runs out answers
+            // with an error saying to call again.
+            let outbox = Outbox {
+                send: &ask,
+                resumable: false,
+                end_at_question: false,
+            };
+            let handled = dialect_2025::handle(&server, &caller, &message, Some(outbox)).await;
             session.flights().remove(&id);
             let Handled::Reply(answer) = handled else {
                 return;

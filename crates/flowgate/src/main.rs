@@ -1,10 +1,21 @@
 //! The `flowgate` command: serve a manifest over MCP, check or list a manifest, and the helpers
 //! (`ask`, `status`) that commands run by the local engine call.
 
+use clap::Parser;
+
+/// Prints a line of a command's output on stdout. A reader that went away (`flowgate policy |
+/// head`) ends the output quietly instead of panicking as `println!` does on a broken pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+pub(crate) use out;
+
 mod auth;
 mod cli;
 mod env_vars;
-mod held_result;
 mod helpers;
 mod keys;
 #[cfg(feature = "lambda")]
@@ -16,8 +27,6 @@ mod platform_deadline;
 mod policy;
 mod serve;
 mod setup;
-
-use clap::Parser;
 
 /// mimalloc instead of the C library's allocator: a request allocates and frees many small
 /// blocks, which glibc's malloc served at a fifth of a poll's CPU (scripts/bench/profile), and
@@ -42,7 +51,7 @@ fn main() -> std::process::ExitCode {
         cli::Command::Policy { manifest } => policy::print(&manifest),
         cli::Command::Env => {
             for (name, what) in env_vars::ENV_VARS {
-                println!("{name:<30} {what}");
+                out!("{name:<30} {what}");
             }
             std::process::ExitCode::SUCCESS
         }
