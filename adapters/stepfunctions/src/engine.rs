@@ -462,6 +462,12 @@ impl StepFunctionsEngine {
     }
 }
 
+/// The X-Ray trace header of the engine call being made, when flowgate records traces: the
+/// execution joins the caller's trace in X-Ray (`StartExecution`'s `traceHeader`).
+fn xray_trace_header() -> Option<String> {
+    flowgate_core::observe::trace_context().map(|context| context.xray_header())
+}
+
 /// The name prefix of the unnamed executions started for a principal: `fg-<tag>-`.
 fn principal_prefix(principal_digest: &str) -> String {
     format!("fg-{}-", flowgate_core::principal_tag(principal_digest))
@@ -543,6 +549,7 @@ impl Engine for StepFunctionsEngine {
             .state_machine_arn(&self.target.state_machine_arn)
             .name(&name)
             .input(&input)
+            .set_trace_header(xray_trace_header())
             .send()
             .await;
         match sent {
@@ -609,6 +616,7 @@ impl Engine for StepFunctionsEngine {
             .state_machine_arn(&self.target.state_machine_arn)
             .name(name)
             .input(input)
+            .set_trace_header(xray_trace_header())
             .customize()
             .config_override(
                 aws_sdk_sfn::config::Builder::default().timeout_config(
