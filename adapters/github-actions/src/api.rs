@@ -82,12 +82,73 @@ pub(crate) struct Environment {
     pub name: Option<String>,
 }
 
-/// A deployment of the run waiting for review.
+/// A deployment of the run held by its environment's protection rules.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct PendingDeployment {
     pub environment: Environment,
+    /// Whether these credentials are among the required reviewers (never true for an App).
     #[serde(default)]
     pub current_user_can_approve: bool,
+    /// The wait timer in minutes (0: none).
+    #[serde(default)]
+    pub wait_timer: u64,
+    #[serde(default)]
+    pub wait_timer_started_at: Option<DateTime<Utc>>,
+    /// The required reviewers: users and teams.
+    #[serde(default)]
+    pub reviewers: Vec<Reviewer>,
+}
+
+/// A required reviewer of an environment.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Reviewer {
+    /// `User` or `Team`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub reviewer: ReviewerName,
+}
+
+/// A user's login or a team's slug.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct ReviewerName {
+    #[serde(default)]
+    pub login: Option<String>,
+    #[serde(default)]
+    pub slug: Option<String>,
+}
+
+impl Reviewer {
+    /// `@alice`, `team ops`.
+    pub(crate) fn display(&self) -> String {
+        match (&self.reviewer.login, &self.reviewer.slug) {
+            (Some(login), _) => format!("@{login}"),
+            (None, Some(slug)) => format!("team {slug}"),
+            (None, None) => self.kind.to_lowercase(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ProtectionRuleList {
+    #[serde(default)]
+    custom_deployment_protection_rules: Vec<ProtectionRule>,
+}
+
+/// A custom deployment protection rule: a GitHub App that approves or rejects deployments.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ProtectionRule {
+    #[serde(default)]
+    pub enabled: bool,
+    pub app: RuleApp,
+}
+
+/// The App behind a custom deployment protection rule.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct RuleApp {
+    pub id: u64,
+    #[serde(default)]
+    pub slug: Option<String>,
 }
 
 /// A review given to the run (in flowgate or in GitHub's UI).
@@ -125,9 +186,34 @@ pub(crate) struct Artifact {
     pub expired: bool,
 }
 
+/// The repository (the fields flowgate reads).
 #[derive(Debug, Deserialize)]
-struct Dispatched {
+struct Repository {
+    default_branch: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct DispatchAnswer {
     workflow_run_id: u64,
+}
+
+/// What GitHub said to a dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dispatched {
+    /// The run it started (`return_run_details`).
+    Run(u64),
+    /// 204: accepted, the run not named (GitHub Enterprise Server before `return_run_details`).
+    Accepted,
+}
+
+/// A GitHub 404 or 410 of something that may legitimately not exist (a log, an expired
+/// artifact), as `None`; other errors as they are.
+fn absent_as_none<T>(got: Result<T, EngineError>) -> Result<Option<T>, EngineError> {
+    match got {
+        Ok(v) => Ok(Some(v)),
+        Err(EngineError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The REST client of one target.
@@ -232,13 +318,49 @@ impl Api {
         Ok(all)
     }
 
-    /// `POST .../workflows/{workflow}/dispatches` with `return_run_details`: the run's id, or
-    /// `None` from a server that answers 204 (older GitHub Enterprise Server).
+    /// The App's numeric id, for App credentials (the manifest's, or `GET /app` once for a
+    /// client id).
+    pub(crate) async fn app_id(&self) -> Result<Option<u64>, EngineError> {
+        match &*self.credentials {
+            Credentials::App(app) => app
+                .numeric_id(&self.http, &self.target.api_url)
+                .await
+                .map(Some),
+            Credentials::Token(_) => Ok(None),
+        }
+    }
+
+    /// `GET /repos/{owner}/{repo}`: the repository, `None` when the credentials cannot see it.
+    async fn repository(&self) -> Result<Option<Repository>, EngineError> {
+        let url = format!(
+            "{}/repos/{}/{}",
+            self.target.api_url, self.target.owner, self.target.repo
+        );
+        absent_as_none(self.get(&url, "repos.get").await)
+    }
+
+    /// Whether the credentials can see the repository at all.
+    pub(crate) async fn repository_visible(&self) -> Result<bool, EngineError> {
+        self.repository().await.map(|r| r.is_some())
+    }
+
+    /// The repository's default branch (a call whose ref is left out runs there).
+    pub(crate) async fn default_branch(&self) -> Result<String, EngineError> {
+        match self.repository().await? {
+            Some(r) => Ok(r.default_branch),
+            None => Err(EngineError::NotFound {
+                engine: KIND,
+                what: format!("repository {}/{}", self.target.owner, self.target.repo),
+            }),
+        }
+    }
+
+    /// `POST .../workflows/{workflow}/dispatches` with `return_run_details`.
     pub(crate) async fn dispatch(
         &self,
         git_ref: &str,
         inputs: serde_json::Map<String, Value>,
-    ) -> Result<Option<u64>, EngineError> {
+    ) -> Result<Dispatched, EngineError> {
         let url = self.url(&format!(
             "workflows/{}/dispatches",
             paging::encode(&self.target.workflow)
@@ -250,21 +372,29 @@ impl Api {
             .send(self.request(Method::POST, &url).await?.json(&body), what)
             .await?;
         if response.status() == StatusCode::NO_CONTENT {
-            return Ok(None);
+            return Ok(Dispatched::Accepted);
         }
         let bytes = response.bytes().await.map_err(|e| EngineError::Timeout {
             engine: KIND,
             message: format!("{what}: the answer broke off ({e})"),
         })?;
-        let d: Dispatched = self.http.decode(what, &bytes)?;
-        Ok(Some(d.workflow_run_id))
+        let d: DispatchAnswer = self.http.decode(what, &bytes)?;
+        Ok(Dispatched::Run(d.workflow_run_id))
     }
 
-    /// The workflow's `workflow_dispatch` runs created since `since`, newest first.
-    pub(crate) async fn recent_runs(&self, since: DateTime<Utc>) -> Result<Vec<Run>, EngineError> {
+    /// The workflow's `workflow_dispatch` runs created since `since` (on `branch`, when
+    /// given), newest first.
+    pub(crate) async fn recent_runs(
+        &self,
+        since: DateTime<Utc>,
+        branch: Option<&str>,
+    ) -> Result<Vec<Run>, EngineError> {
         let created = paging::encode(&format!(">={}", since.format("%Y-%m-%dT%H:%M:%SZ")));
+        let branch = branch
+            .map(|b| format!("&branch={}", paging::encode(b)))
+            .unwrap_or_default();
         let url = self.url(&format!(
-            "workflows/{}/runs?event=workflow_dispatch&created={created}&per_page=100",
+            "workflows/{}/runs?event=workflow_dispatch&created={created}{branch}&per_page=100",
             paging::encode(&self.target.workflow)
         ));
         self.list(&url, "actions.listWorkflowRuns", |l: RunList| {
@@ -309,7 +439,56 @@ impl Api {
         .await
     }
 
-    /// Approves or rejects the run's deployment to `environment`.
+    /// The enabled custom deployment protection rules of `environment`.
+    pub(crate) async fn protection_rules(
+        &self,
+        environment: &str,
+    ) -> Result<Vec<ProtectionRule>, EngineError> {
+        let url = format!(
+            "{}/repos/{}/{}/environments/{}/deployment_protection_rules",
+            self.target.api_url,
+            self.target.owner,
+            self.target.repo,
+            paging::encode(environment)
+        );
+        // A 404 (an environment deleted meanwhile, a server without custom rules): none.
+        let list: Option<ProtectionRuleList> = absent_as_none(
+            self.get(&url, "repos.getAllDeploymentProtectionRules")
+                .await,
+        )?;
+        Ok(list
+            .map(|l| l.custom_deployment_protection_rules)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r.enabled)
+            .collect())
+    }
+
+    /// An App's answer for its own custom deployment protection rule on `environment`.
+    pub(crate) async fn review_custom_gate(
+        &self,
+        id: u64,
+        environment: &str,
+        approve: bool,
+        comment: &str,
+    ) -> Result<(), EngineError> {
+        let url = self.url(&format!("runs/{id}/deployment_protection_rule"));
+        let body = json!({
+            "environment_name": environment,
+            "state": if approve { "approved" } else { "rejected" },
+            "comment": comment,
+        });
+        self.http
+            .send(
+                self.request(Method::POST, &url).await?.json(&body),
+                "actions.reviewCustomGatesForRun",
+            )
+            .await?;
+        self.forget_run(id);
+        Ok(())
+    }
+
+    /// Approves or rejects the run's deployment to `environment` as a required reviewer.
     pub(crate) async fn review(
         &self,
         id: u64,
@@ -367,24 +546,29 @@ impl Api {
         .await
     }
 
-    /// Follows the redirect to the artifact's zip (the redirect's host gets no token).
-    pub(crate) async fn artifact_zip(&self, artifact: u64) -> Result<Vec<u8>, EngineError> {
-        self.bytes(
-            &self.url(&format!("artifacts/{artifact}/zip")),
-            "actions.downloadArtifact",
+    /// Follows the redirect to the artifact's zip (the redirect's host gets no token); `None`
+    /// when GitHub says it is gone (expired meanwhile).
+    pub(crate) async fn artifact_zip(&self, artifact: u64) -> Result<Option<Vec<u8>>, EngineError> {
+        absent_as_none(
+            self.bytes(
+                &self.url(&format!("artifacts/{artifact}/zip")),
+                "actions.downloadArtifact",
+            )
+            .await,
         )
-        .await
     }
 
-    /// Follows the redirect to a job's log text.
-    pub(crate) async fn job_log(&self, job: u64) -> Result<String, EngineError> {
-        let bytes = self
-            .bytes(
+    /// Follows the redirect to a job's log text; `None` for a job that has none (it never ran:
+    /// skipped, rejected at its environment) or whose log has expired.
+    pub(crate) async fn job_log(&self, job: u64) -> Result<Option<String>, EngineError> {
+        let bytes = absent_as_none(
+            self.bytes(
                 &self.url(&format!("jobs/{job}/logs")),
                 "actions.downloadJobLogsForWorkflowRun",
             )
-            .await?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+            .await,
+        )?;
+        Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 
     async fn bytes(&self, url: &str, what: &str) -> Result<Vec<u8>, EngineError> {

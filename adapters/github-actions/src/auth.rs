@@ -30,6 +30,13 @@ pub(crate) struct App {
     installation_id: u64,
     key: jsonwebtoken::EncodingKey,
     cached: Mutex<Option<(Secret, DateTime<Utc>)>>,
+    /// The numeric id, once known (a manifest may name the App by its client id).
+    numeric: Mutex<Option<u64>>,
+}
+
+#[derive(Deserialize)]
+struct AppInfo {
+    id: u64,
 }
 
 impl std::fmt::Debug for App {
@@ -74,11 +81,52 @@ impl App {
         let der = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .map_err(|_| "the App private key is not valid PEM".to_owned())?;
+        let numeric = app_id.parse().ok();
         Ok(App {
             app_id,
             installation_id,
             key: jsonwebtoken::EncodingKey::from_rsa_der(&der),
             cached: Mutex::new(None),
+            numeric: Mutex::new(numeric),
+        })
+    }
+
+    /// The App's numeric id (what custom deployment protection rules name): the manifest's
+    /// `app_id` when it is a number, else asked once of `GET /app`.
+    pub(crate) async fn numeric_id(
+        &self,
+        http: &HttpClient,
+        api_url: &str,
+    ) -> Result<u64, EngineError> {
+        if let Some(id) = *self.numeric.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Ok(id);
+        }
+        let request = http
+            .request(Method::GET, &format!("{api_url}/app"))
+            .header(header::AUTHORIZATION, format!("Bearer {}", self.jwt()?))
+            .header(header::ACCEPT, "application/vnd.github+json");
+        let info: AppInfo = http.json(request, "apps.getAuthenticated").await?;
+        *self.numeric.lock().unwrap_or_else(|p| p.into_inner()) = Some(info.id);
+        Ok(info.id)
+    }
+
+    /// A JWT that authenticates as the App itself (ten minutes at most, backdated a minute
+    /// for clock drift).
+    fn jwt(&self) -> Result<String, EngineError> {
+        let now = Utc::now().timestamp();
+        let claims = Claims {
+            iat: now - 60,
+            exp: now + 540,
+            iss: &self.app_id,
+        };
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+            &claims,
+            &self.key,
+        )
+        .map_err(|e| EngineError::Denied {
+            engine: KIND,
+            message: format!("cannot sign the GitHub App token request: {e}"),
         })
     }
 
@@ -94,22 +142,7 @@ impl App {
         if let Some(t) = self.cached() {
             return Ok(t);
         }
-        let now = Utc::now().timestamp();
-        // Backdated a minute for clock drift; GitHub accepts at most ten minutes.
-        let claims = Claims {
-            iat: now - 60,
-            exp: now + 540,
-            iss: &self.app_id,
-        };
-        let jwt = jsonwebtoken::encode(
-            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
-            &claims,
-            &self.key,
-        )
-        .map_err(|e| EngineError::Denied {
-            engine: KIND,
-            message: format!("cannot sign the GitHub App token request: {e}"),
-        })?;
+        let jwt = self.jwt()?;
         let url = format!(
             "{api_url}/app/installations/{}/access_tokens",
             self.installation_id

@@ -1,13 +1,12 @@
 //! A tool's target: which workflow of which repository, and how a call becomes a dispatch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use flowgate_core::TargetError;
+use flowgate_core::template::Template;
+use flowgate_core::{TargetError, TargetSpec};
 use flowgate_http::Secret;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-
-use crate::template;
 
 /// GitHub's limit on the inputs of one `workflow_dispatch`.
 pub const MAX_INPUTS: usize = 25;
@@ -83,13 +82,15 @@ pub struct GhTarget {
     pub repo: String,
     /// The workflow: its file name (`release.yml`) or numeric id.
     pub workflow: String,
-    /// The git ref to run on, a template over the arguments (`main`, `{branch}`).
+    /// The git ref to run on, a template over the arguments (`main`, `{branch}`); a ref whose
+    /// argument the call leaves out (with no schema default) is the repository's default branch.
     #[serde(rename = "ref")]
-    pub git_ref: String,
-    /// Workflow input -> template over the call's arguments. Absent: every argument is an input
-    /// of its own name.
+    pub git_ref: Template,
+    /// Workflow input -> template over the call's arguments (an input whose argument the call
+    /// leaves out is not sent, so the workflow's default applies). Absent: every argument is an
+    /// input of its own name.
     #[serde(default)]
-    pub inputs: Option<BTreeMap<String, String>>,
+    pub inputs: Option<BTreeMap<String, Template>>,
     /// The input that carries the call's key; the workflow should put it in its `run-name`
     /// (`run-name: "release ${{ inputs.flowgate_call }}"`) so a retried start finds the run.
     #[serde(default = "default_key_input")]
@@ -121,6 +122,14 @@ pub struct GhTarget {
     /// The App's private key, resolved from `app.private_key_env` at load.
     #[serde(skip)]
     pub app_key: Option<Secret>,
+    /// The arguments the tool's `input_schema` declares (to tell, when the workflow refuses an
+    /// input, whether the tool offers it or the caller made it up).
+    #[serde(skip)]
+    pub declared_arguments: BTreeSet<String>,
+    /// The schema's `default` of each argument that has one (sent for a left-out argument when
+    /// every argument is an input of its name).
+    #[serde(skip)]
+    pub argument_defaults: BTreeMap<String, Value>,
 }
 
 fn default_key_input() -> String {
@@ -147,13 +156,30 @@ fn valid_name(s: &str) -> bool {
 }
 
 impl GhTarget {
-    /// Reads and checks a manifest target block, and reads the token from `token_env` (the
-    /// engine refuses a target without one; `flowgate policy` does not need it).
+    /// Reads and checks a tool's target block, binding its templates to the tool's input
+    /// schema, and reads the token from `token_env` (the engine refuses a target without one;
+    /// `flowgate policy` does not need it).
     ///
     /// # Errors
     /// A [`TargetError`] at the offending key.
-    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, TargetError> {
+    pub fn from_manifest(spec: TargetSpec<'_>) -> Result<Self, TargetError> {
+        Self::from_config(spec.config, spec.input_schema)
+    }
+
+    /// [`GhTarget::from_manifest`] from the block and the schema alone.
+    ///
+    /// # Errors
+    /// A [`TargetError`] at the offending key.
+    pub fn from_config(
+        target: &Map<String, Value>,
+        input_schema: &Map<String, Value>,
+    ) -> Result<Self, TargetError> {
         let mut t: GhTarget = flowgate_core::parse_target(crate::KIND, target)?;
+        let bind = |key: &str, template: Template| {
+            template
+                .bind(input_schema)
+                .map_err(|e| TargetError::at(key, format!("github-actions target: {key}: {e}")))
+        };
         for (key, value) in [
             ("owner", &t.owner),
             ("repo", &t.repo),
@@ -166,15 +192,14 @@ impl GhTarget {
                 ));
             }
         }
-        template::check(&t.git_ref)
-            .map_err(|e| TargetError::at("ref", format!("github-actions target: ref: {e}")))?;
+        t.git_ref = bind("ref", t.git_ref.clone())?;
         if !valid_name(&t.key_input) {
             return Err(TargetError::at(
                 "key_input",
                 "github-actions target: key_input must be an input name",
             ));
         }
-        if let Some(inputs) = &t.inputs {
+        if let Some(inputs) = t.inputs.take() {
             if inputs.len() + 1 > MAX_INPUTS {
                 return Err(TargetError::at(
                     "inputs",
@@ -184,19 +209,32 @@ impl GhTarget {
                     ),
                 ));
             }
+            let mut bound = BTreeMap::new();
             for (name, tmpl) in inputs {
                 let at = format!("inputs.{name}");
-                if !valid_name(name) || *name == t.key_input {
+                if !valid_name(&name) || name == t.key_input {
                     return Err(TargetError::at(
                         at,
                         format!("github-actions target: {name:?} cannot be an input name here"),
                     ));
                 }
-                template::check(tmpl).map_err(|e| {
-                    TargetError::at(at.clone(), format!("github-actions target: {at}: {e}"))
-                })?;
+                let tmpl = bind(&at, tmpl)?;
+                bound.insert(name, tmpl);
             }
+            t.inputs = Some(bound);
         }
+        let properties = input_schema.get("properties").and_then(Value::as_object);
+        t.declared_arguments = properties
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        t.argument_defaults = properties
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, p)| {
+                let default = p.get("default").filter(|d| !d.is_null())?;
+                Some((name.clone(), default.clone()))
+            })
+            .collect();
         let api = t.api_url.trim_end_matches('/').to_owned();
         if !(api.starts_with("https://") || api.starts_with("http://")) {
             return Err(TargetError::at(
@@ -225,9 +263,12 @@ impl GhTarget {
     }
 
     /// The workflow inputs of one call: the mapped (or every) argument, and the key input.
+    /// GitHub's inputs are strings: a string argument goes as it is, byte for byte, any other
+    /// value as its JSON text (`3`, `true`). An input whose argument the call leaves out is not
+    /// sent (its schema default, if any, is), so the workflow's own default applies.
     ///
     /// # Errors
-    /// A message for the caller when an argument is missing or there are too many inputs.
+    /// A message for the caller when there are too many inputs.
     pub(crate) fn dispatch_inputs(
         &self,
         arguments: &Value,
@@ -237,17 +278,24 @@ impl GhTarget {
         match &self.inputs {
             Some(map) => {
                 for (name, tmpl) in map {
-                    out.insert(
-                        name.clone(),
-                        Value::String(template::render(tmpl, arguments)?),
-                    );
+                    if let Some(text) = tmpl.render(arguments) {
+                        out.insert(name.clone(), Value::String(text));
+                    }
                 }
             }
             None => {
-                if let Some(args) = arguments.as_object() {
-                    for (name, value) in args {
-                        out.insert(name.clone(), Value::String(template::as_text(value)));
-                    }
+                let given = arguments.as_object().into_iter().flatten();
+                let defaults = self
+                    .argument_defaults
+                    .iter()
+                    .filter(|(name, _)| arguments.get(name.as_str()).is_none_or(Value::is_null));
+                for (name, value) in given.chain(defaults) {
+                    let text = match value {
+                        Value::Null => continue,
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    out.insert(name.clone(), Value::String(text));
                 }
             }
         }
@@ -262,13 +310,25 @@ impl GhTarget {
         Ok(out)
     }
 
-    /// The ref to run on for one call.
-    pub(crate) fn git_ref_for(&self, arguments: &Value) -> Result<String, String> {
-        let r = template::render(&self.git_ref, arguments)?;
+    /// The ref to run on for one call; `None` when its argument is left out (and has no
+    /// default): the repository's default branch.
+    ///
+    /// # Errors
+    /// A message for the caller when the ref is not one git could name.
+    pub(crate) fn git_ref_for(&self, arguments: &Value) -> Result<Option<String>, String> {
+        let Some(r) = self.git_ref.render(arguments) else {
+            return Ok(None);
+        };
         if r.is_empty() || r.contains("..") || r.chars().any(|c| c.is_whitespace() || c == '~') {
             return Err(format!("{r:?} is not a git ref"));
         }
-        Ok(r)
+        Ok(Some(r))
+    }
+
+    /// Whether the ref comes from the call's arguments, so a ref GitHub does not know is the
+    /// caller's to fix rather than the tool's.
+    pub(crate) fn ref_from_arguments(&self) -> bool {
+        !self.git_ref.is_fixed()
     }
 
     /// Where the credentials come from, when they are missing: the key to report and why.
@@ -306,8 +366,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {
+            "version": {"type": "string"},
+            "branch": {"type": "string"},
+            "dry": {"type": "boolean"},
+            "note": {"type": "string"},
+            "level": {"type": "string", "default": "info"}
+        }, "required": ["version"]})
+    }
+
     fn parse(v: Value) -> Result<GhTarget, TargetError> {
-        GhTarget::from_manifest(v.as_object().expect("object"))
+        GhTarget::from_config(
+            v.as_object().expect("object"),
+            schema().as_object().expect("object"),
+        )
     }
 
     fn base() -> Value {
@@ -323,6 +396,7 @@ mod tests {
             t.actions_url(),
             "https://api.github.com/repos/acme/app/actions"
         );
+        assert!(t.declared_arguments.contains("version"));
         let mut v = base();
         v["owner"] = json!("a b");
         assert_eq!(
@@ -351,27 +425,66 @@ mod tests {
         let args: Map<String, Value> = (0..25).map(|i| (format!("a{i}"), json!(i))).collect();
         assert!(t.dispatch_inputs(&Value::Object(args), "k").is_err());
         let got = t
-            .dispatch_inputs(&json!({"version": "1.2", "dry": true}), "fg-1")
+            .dispatch_inputs(
+                &json!({"version": "1.2", "dry": true, "note": null}),
+                "fg-1",
+            )
             .expect("inputs");
         assert_eq!(
             Value::Object(got),
-            json!({"version": "1.2", "dry": "true", "flowgate_call": "fg-1"})
+            json!({"version": "1.2", "dry": "true", "level": "info", "flowgate_call": "fg-1"}),
+            "a left-out argument with a schema default sends it; one without is not sent"
         );
     }
 
     #[test]
-    fn refs_and_inputs_are_templated() {
+    fn refs_and_inputs_are_templates_bound_to_the_schema() {
         let mut v = base();
         v["ref"] = json!("release/{version}");
-        v["inputs"] = json!({"tag": "v{version}"});
+        v["inputs"] = json!({"tag": "v{version}", "dry_run": "{dry}"});
         let t = parse(v).expect("target");
-        let args = json!({"version": "1.2"});
-        assert_eq!(t.git_ref_for(&args).expect("ref"), "release/1.2");
+        let args = json!({"version": "1.2", "dry": false});
         assert_eq!(
-            t.dispatch_inputs(&args, "k").expect("inputs")["tag"],
-            json!("v1.2")
+            t.git_ref_for(&args).expect("ref").as_deref(),
+            Some("release/1.2")
         );
-        assert!(t.git_ref_for(&json!({})).is_err());
+        let inputs = t.dispatch_inputs(&args, "k").expect("inputs");
+        assert_eq!(inputs["tag"], json!("v1.2"));
+        assert_eq!(inputs["dry_run"], json!("false"), "inputs are strings");
+        assert!(t.ref_from_arguments());
         assert!(t.git_ref_for(&json!({"version": "a b"})).is_err());
+        let mut v = base();
+        v["inputs"] = json!({"tag": "v{verison}"});
+        let e = parse(v).expect_err("a placeholder the schema does not declare");
+        assert_eq!(e.key.as_deref(), Some("inputs.tag"));
+        assert!(e.message.contains("names no argument"), "{e}");
+        let mut v = base();
+        v["ref"] = json!("{{branch}}");
+        let e = parse(v).expect_err("the old spelling");
+        assert_eq!(e.key.as_deref(), Some("ref"));
+    }
+
+    /// An argument the schema does not require, left out: its input is not sent (the
+    /// workflow's default applies) or takes the schema's default; a ref that names it is the
+    /// repository's default branch.
+    #[test]
+    fn optional_arguments_left_out_leave_inputs_unset_or_take_the_schema_default() {
+        let mut v = base();
+        v["ref"] = json!("{branch}");
+        v["inputs"] = json!({"version": "{version}", "note": "{note}", "level": "{level}"});
+        let t = parse(v).expect("target");
+        let inputs = t
+            .dispatch_inputs(&json!({"version": "1.0"}), "k")
+            .expect("a call without its optional arguments is not refused");
+        assert_eq!(
+            Value::Object(inputs),
+            json!({"version": "1.0", "level": "info", "flowgate_call": "k"})
+        );
+        assert_eq!(t.git_ref_for(&json!({"version": "1.0"})), Ok(None));
+        let odd = "$HOME $$ ${X} \\ \"q\" 'q'\nline ünï €";
+        let inputs = t
+            .dispatch_inputs(&json!({"version": "1", "note": odd}), "k")
+            .expect("inputs");
+        assert_eq!(inputs["note"], json!(odd), "byte for byte");
     }
 }

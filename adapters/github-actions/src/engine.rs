@@ -6,20 +6,23 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::Utc;
 use flowgate_core::{
-    Action, Capabilities, Engine, EngineError, EngineFailure, ExecutionRecord, ExecutionRef,
-    ExecutionSummary, InputRequest, InputResponse, ListFilter, StartRequest, Started, TaskState,
+    Action, Capabilities, Engine, EngineError, ExecutionRecord, ExecutionRef, ExecutionSummary,
+    InputResponse, ListFilter, StartRequest, Started, TaskState,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::KIND;
-use crate::api::{Api, Approval, Job, Run};
+use crate::api::{Api, Dispatched, Job, Run};
 use crate::config::GhTarget;
-use crate::mapping;
+use crate::diagnose::{self, Origin};
+use crate::start::{self, Ledger};
+use crate::{gates, mapping, outcome};
 
-/// How far back a retried start looks for the run its key already started.
+/// How far back `list` looks for runs flowgate started.
 const LOOKBACK: chrono::Duration = chrono::Duration::hours(24);
-/// How long a GitHub Enterprise Server that answers a dispatch with 204 gets to list the run.
-const FIND_AFTER_204: Duration = Duration::from_secs(10);
+/// How far back a start looks for the run its key already started (a retry comes within
+/// the call's seconds; the margin covers clock skew between flowgate and GitHub).
+const START_LOOKBACK: chrono::Duration = chrono::Duration::hours(1);
 /// GitHub keeps runs (and their logs) for 90 days unless the repository says less.
 const RETENTION_MS: u64 = 90 * 24 * 3600 * 1000;
 
@@ -28,12 +31,26 @@ const RETENTION_MS: u64 = 90 * 24 * 3600 * 1000;
 pub struct GitHubActionsEngine {
     target: Arc<GhTarget>,
     api: Api,
+    ledger: Arc<Ledger>,
 }
 
 fn not_found(what: impl Into<String>) -> EngineError {
     EngineError::NotFound {
         engine: KIND,
         what: what.into(),
+    }
+}
+
+/// A read of a run's parts (jobs, reviews) that GitHub answered 404 although the run itself
+/// was just read: passing, never "the task does not exist".
+fn part_of_run(e: EngineError) -> EngineError {
+    match e {
+        EngineError::NotFound { what, .. } => EngineError::Unavailable {
+            engine: KIND,
+            message: format!("{what} (the run itself was found: retried)"),
+            source: None,
+        },
+        other => other,
     }
 }
 
@@ -63,24 +80,26 @@ fn principal_tag(digest: &str) -> String {
         .collect()
 }
 
-/// A question's key: the environment and how many reviews it had before (unique for the
-/// run's life: a second wait on the same environment gets the next number).
-fn question_key(environment: u64, earlier_reviews: usize) -> String {
-    format!("env-{environment}-{}", earlier_reviews + 1)
+/// The branch (or tag) name a run of `git_ref` lists as its `head_branch`.
+fn head_branch(git_ref: &str) -> &str {
+    git_ref
+        .strip_prefix("refs/heads/")
+        .or_else(|| git_ref.strip_prefix("refs/tags/"))
+        .unwrap_or(git_ref)
 }
 
-fn parse_question_key(key: &str) -> Option<(u64, usize)> {
-    let rest = key.strip_prefix("env-")?;
-    let (env, n) = rest.split_once('-')?;
-    let n: usize = n.parse().ok()?;
-    Some((env.parse().ok()?, n.checked_sub(1)?))
-}
-
-fn reviews_of(approvals: &[Approval], environment: u64) -> usize {
-    approvals
-        .iter()
-        .filter(|a| a.environments.iter().any(|e| e.id == environment))
-        .count()
+/// The steps running now, as (job, step number): a cancel that leaves one of them running
+/// past the grace period meets a step that ignores GitHub's signals.
+fn running_steps(jobs: &[Job]) -> Vec<(u64, usize)> {
+    jobs.iter()
+        .flat_map(|j| {
+            j.steps
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.status.as_deref() == Some("in_progress"))
+                .map(move |(i, _)| (j.id, i))
+        })
+        .collect()
 }
 
 impl GitHubActionsEngine {
@@ -93,6 +112,7 @@ impl GitHubActionsEngine {
         Ok(GitHubActionsEngine {
             api: Api::new(target.clone())?,
             target,
+            ledger: Arc::new(Ledger::default()),
         })
     }
 
@@ -102,13 +122,54 @@ impl GitHubActionsEngine {
         self.api.http.rate_limits()
     }
 
-    async fn find_run(&self, marker: &str) -> Result<Option<Run>, EngineError> {
-        let runs = self.api.recent_runs(Utc::now() - LOOKBACK).await?;
+    async fn find_run(&self, marker: &str, git_ref: &str) -> Result<Option<Run>, EngineError> {
+        let runs = self
+            .api
+            .recent_runs(Utc::now() - START_LOOKBACK, Some(head_branch(git_ref)))
+            .await?;
         Ok(runs.into_iter().find(|r| {
             r.display_title
                 .as_deref()
                 .is_some_and(|t| t.contains(marker))
         }))
+    }
+
+    /// Looks for the run of a key already dispatched until the call's deadline; never
+    /// dispatches it again.
+    async fn look_for(&self, key: &str, git_ref: &str) -> Result<Started, EngineError> {
+        loop {
+            let Some(dispatch) = self.ledger.get(key) else {
+                return Err(EngineError::Unavailable {
+                    engine: KIND,
+                    message: "the call's dispatch was forgotten; try again".into(),
+                    source: None,
+                });
+            };
+            if let Some((id, created_at)) = dispatch.run {
+                return Ok(Started {
+                    execution: ExecutionRef(id.to_string()),
+                    created_at,
+                });
+            }
+            if let Some(id) = dispatch.run_id {
+                // GitHub named the run; only its first read failed.
+                let run = self.api.run(id).await.map_err(part_of_run)?;
+                self.ledger.found(key, (id, run.created_at));
+                continue;
+            }
+            if let Some(run) = self.find_run(key, git_ref).await? {
+                self.ledger.found(key, (run.id, run.created_at));
+                continue;
+            }
+            if Instant::now() + start::LOOK_EVERY > dispatch.look_until() {
+                return Err(start::not_found_in_time(
+                    &dispatch,
+                    &self.target.workflow,
+                    &self.target.key_input,
+                ));
+            }
+            tokio::time::sleep(start::LOOK_EVERY).await;
+        }
     }
 
     fn record(&self, run: &Run, state: TaskState) -> ExecutionRecord {
@@ -117,120 +178,6 @@ impl GitHubActionsEngine {
         record.console_url = run.html_url.clone();
         record
     }
-
-    async fn questions(&self, run: &Run) -> Result<Vec<InputRequest>, EngineError> {
-        let pending = self.api.pending_deployments(run.id).await?;
-        if pending.is_empty() {
-            return Ok(Vec::new());
-        }
-        let approvals = self.api.approvals(run.id).await?;
-        Ok(pending
-            .iter()
-            .map(|p| {
-                let env = p.environment.name.clone().unwrap_or_else(|| p.environment.id.to_string());
-                let who = if p.current_user_can_approve {
-                    ""
-                } else {
-                    " (flowgate's credentials are not among its reviewers: a reviewer must answer in GitHub)"
-                };
-                InputRequest {
-                    key: question_key(p.environment.id, reviews_of(&approvals, p.environment.id)),
-                    message: format!(
-                        "Workflow run {} waits for a review to deploy to {env}. Approve or reject?{who}",
-                        run.id
-                    ),
-                    requested_schema: json!({
-                        "type": "object",
-                        "properties": {
-                            "decision": {"type": "string", "enum": ["approve", "reject"], "default": "approve",
-                                         "description": "approve lets the deployment go on; reject ends it"},
-                            "comment": {"type": "string", "description": "The review comment GitHub records"}
-                        },
-                        "required": ["decision"]
-                    }),
-                }
-            })
-            .collect())
-    }
-
-    /// The output of a finished run: the result artifact's JSON, or the conclusions.
-    async fn output(&self, run: &Run, jobs: &[Job]) -> Result<Value, EngineFailure> {
-        if let Some(spec) = &self.target.result_artifact {
-            let missing = |cause: String| EngineFailure {
-                error: format!("ResultArtifact: {}/{}", spec.name, spec.path),
-                cause: Some(cause),
-            };
-            let artifacts = self
-                .api
-                .artifacts(run.id, &spec.name)
-                .await
-                .map_err(|e| missing(e.to_string()))?;
-            let artifact = artifacts
-                .iter()
-                .find(|a| a.name == spec.name && !a.expired)
-                .ok_or_else(|| missing(format!("the run uploaded no artifact {}", spec.name)))?;
-            let zip = self
-                .api
-                .artifact_zip(artifact.id)
-                .await
-                .map_err(|e| missing(e.to_string()))?;
-            let bytes = crate::zip::read_entry(&zip, &spec.path).map_err(missing)?;
-            return serde_json::from_slice(&bytes)
-                .map_err(|e| missing(format!("{} is not JSON: {e}", spec.path)));
-        }
-        let approvals = self.api.approvals(run.id).await.unwrap_or_default();
-        Ok(summary(run, jobs, &approvals))
-    }
-
-    async fn failure(&self, run: &Run, jobs: &[Job]) -> EngineFailure {
-        let conclusion = run.conclusion.as_deref().unwrap_or("failure");
-        let Some((job, step)) = mapping::failing(jobs) else {
-            return EngineFailure {
-                error: format!("run {conclusion}"),
-                cause: None,
-            };
-        };
-        let error = match step {
-            Some(step) => format!(
-                "run {conclusion}: job {:?} failed at step {step:?}",
-                job.name
-            ),
-            None => format!("run {conclusion}: job {:?} failed", job.name),
-        };
-        let cause = match self.api.job_log(job.id).await {
-            Ok(log) => mapping::log_tail(&log, self.target.log_tail_lines),
-            Err(e) => format!("(the job's log could not be read: {e})"),
-        };
-        EngineFailure {
-            error,
-            cause: Some(cause),
-        }
-    }
-}
-
-/// Conclusions and reviews of a run with no result artifact.
-fn summary(run: &Run, jobs: &[Job], approvals: &[Approval]) -> Value {
-    let job_conclusions: Map<String, Value> = jobs
-        .iter()
-        .map(|j| (j.name.clone(), json!(j.conclusion)))
-        .collect();
-    let reviews: Vec<Value> = approvals
-        .iter()
-        .map(|a| {
-            json!({
-                "environments": a.environments.iter().filter_map(|e| e.name.clone()).collect::<Vec<_>>(),
-                "state": a.state,
-                "comment": a.comment,
-                "user": a.user.as_ref().map(|u| u.login.clone()),
-            })
-        })
-        .collect();
-    json!({
-        "run_id": run.id,
-        "conclusion": run.conclusion,
-        "jobs": job_conclusions,
-        "reviews": reviews,
-    })
 }
 
 #[async_trait]
@@ -261,93 +208,133 @@ impl Engine for GitHubActionsEngine {
             .target
             .dispatch_inputs(&request.arguments, &marker)
             .map_err(invalid)?;
-        let git_ref = self
+        let git_ref = match self
             .target
             .git_ref_for(&request.arguments)
-            .map_err(invalid)?;
-        // Exactly once: a retry (after a lost answer, a timeout) finds the run the key started.
-        let key = format!("fg-{}", request.idempotency_key);
-        if let Some(run) = self.find_run(&key).await? {
-            return Ok(Started {
-                execution: ExecutionRef(run.id.to_string()),
-                created_at: run.created_at,
-            });
-        }
-        let id = match self.api.dispatch(&git_ref, inputs).await? {
-            Some(id) => id,
-            None => {
-                let deadline = Instant::now() + FIND_AFTER_204;
-                loop {
-                    if let Some(run) = self.find_run(&key).await? {
-                        break run.id;
-                    }
-                    if Instant::now() > deadline {
-                        return Err(EngineError::Timeout {
-                            engine: KIND,
-                            message: "the dispatch was accepted but its run is not listed yet \
-                                      (does the workflow's run-name include the key input?)"
-                                .into(),
-                        });
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+            .map_err(invalid)?
+        {
+            Some(r) => r,
+            // The ref's argument left out: the repository's default branch.
+            None => match self.api.default_branch().await {
+                Ok(branch) => branch,
+                Err(e) => {
+                    let origin = Origin {
+                        git_ref: "",
+                        ref_from_arguments: true,
+                        explicit_inputs: self.target.inputs.is_some(),
+                    };
+                    return Err(diagnose::explain(&self.api, &self.target, e, origin).await);
                 }
-            }
+            },
         };
-        let run = self.api.run(id).await?;
-        Ok(Started {
-            execution: ExecutionRef(id.to_string()),
-            created_at: run.created_at,
-        })
+        let origin = Origin {
+            git_ref: &git_ref,
+            ref_from_arguments: self.target.ref_from_arguments(),
+            explicit_inputs: self.target.inputs.is_some(),
+        };
+        let explain = |e| diagnose::explain(&self.api, &self.target, e, origin);
+        let key = format!("fg-{}", request.idempotency_key);
+        // A key this process dispatched (or may have) is never dispatched again.
+        if self.ledger.get(&key).is_some() {
+            return self.look_for(&key, &git_ref).await;
+        }
+        // A retry from elsewhere (another attempt of the call) finds the run the key started.
+        match self.find_run(&key, &git_ref).await {
+            Ok(Some(run)) => {
+                return Ok(Started {
+                    execution: ExecutionRef(run.id.to_string()),
+                    created_at: run.created_at,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => return Err(explain(e).await),
+        }
+        self.ledger.sending(&key);
+        match self.api.dispatch(&git_ref, inputs).await {
+            Ok(Dispatched::Run(id)) => {
+                // The answer names the run: no list to wait for. Its creation time comes with
+                // the first read; a passing failure of that read loses nothing (the ledger has
+                // the id for the retry).
+                self.ledger.accepted(&key, Some(id));
+                let run = self.api.run(id).await.map_err(part_of_run)?;
+                self.ledger.found(&key, (id, run.created_at));
+                Ok(Started {
+                    execution: ExecutionRef(id.to_string()),
+                    created_at: run.created_at,
+                })
+            }
+            Ok(Dispatched::Accepted) => {
+                self.ledger.accepted(&key, None);
+                self.look_for(&key, &git_ref).await
+            }
+            Err(e) if start::may_have_started(&e) => Err(e),
+            Err(e) => {
+                self.ledger.not_sent(&key);
+                Err(explain(e).await)
+            }
+        }
     }
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         let id = run_id(execution)?;
         self.api.http.rate_limits().note_poll(&execution.0);
         let run = self.api.run(id).await?;
-        let questions = if run.status.as_deref() == Some("waiting") {
-            self.questions(&run).await?
+        let held = if run.status.as_deref() == Some("waiting") {
+            gates::gates(&self.api, id).await.map_err(part_of_run)?
+        } else {
+            Vec::new()
+        };
+        let questions = if held.iter().any(|g| g.needs_decision) {
+            let approvals = self.api.approvals(id).await.map_err(part_of_run)?;
+            gates::questions(&run, &held, &approvals)
         } else {
             Vec::new()
         };
         let state = mapping::state(&run, !questions.is_empty(), self.target.on_failure);
         let mut record = self.record(&run, state);
         if state == TaskState::Submitted {
-            record.status_message = Some("queued".into());
+            record.status_message = Some("queued: waiting for a runner".into());
             return Ok(record);
         }
-        let jobs = self.api.jobs(id).await?;
+        let jobs = self.api.jobs(id).await.map_err(part_of_run)?;
         match state {
             TaskState::Working | TaskState::InputRequired => {
-                record.status_message = mapping::progress(&jobs);
+                let parts: Vec<String> = [mapping::progress(&jobs), gates::timers(&held)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                record.status_message = (!parts.is_empty()).then(|| parts.join("; "));
                 record.input_requests = questions;
             }
+            TaskState::Completed if mapping::concluded_in_failure(&run) => {
+                // on_failure: completed, with the conclusion and the failure in the output.
+                let f = outcome::failure(&self.api, &self.target, &run, &jobs)
+                    .await
+                    .map_err(part_of_run)?;
+                record.output = Some(json!({
+                    "conclusion": run.conclusion, "error": f.error, "log_tail": f.cause,
+                    "jobs": outcome::job_conclusions(&jobs),
+                }));
+            }
             TaskState::Completed => {
-                let failed_run = run.conclusion.as_deref().is_some_and(|c| {
-                    matches!(
-                        c,
-                        "failure" | "timed_out" | "startup_failure" | "action_required"
-                    )
-                });
-                if failed_run {
-                    // on_failure: completed, with the conclusion and the failure in the output.
-                    let f = self.failure(&run, &jobs).await;
-                    record.output = Some(json!({
-                        "conclusion": run.conclusion, "error": f.error, "log_tail": f.cause,
-                        "jobs": summary(&run, &jobs, &[])["jobs"],
-                    }));
-                } else {
-                    match self.output(&run, &jobs).await {
-                        Ok(output) => record.output = Some(output),
-                        Err(failure) => {
-                            record.state = TaskState::Failed;
-                            record.failure = Some(failure);
-                        }
+                match outcome::output(&self.api, &self.target, &run, &jobs)
+                    .await
+                    .map_err(part_of_run)?
+                {
+                    Ok(output) => record.output = Some(output),
+                    Err(failure) => {
+                        record.state = TaskState::Failed;
+                        record.status_message = Some(failure.error.clone());
+                        record.failure = Some(failure);
                     }
                 }
             }
             TaskState::Failed => {
-                record.failure = Some(self.failure(&run, &jobs).await);
-                record.status_message = record.failure.as_ref().map(|f| f.error.clone());
+                let f = outcome::failure(&self.api, &self.target, &run, &jobs)
+                    .await
+                    .map_err(part_of_run)?;
+                record.status_message = Some(f.error.clone());
+                record.failure = Some(f);
             }
             TaskState::Cancelled | TaskState::Unknown | TaskState::Submitted => {}
         }
@@ -361,20 +348,22 @@ impl Engine for GitHubActionsEngine {
         response: InputResponse,
     ) -> Result<(), EngineError> {
         let id = run_id(execution)?;
-        let Some((environment, earlier)) = parse_question_key(key) else {
+        let Some((environment, earlier)) = gates::parse_question_key(key) else {
             return Err(not_found(format!("question {key:.80}")));
         };
         let run = self.api.run(id).await?;
         if run.status.as_deref() == Some("completed") {
             return Err(not_found(format!("question {key} (the run has ended)")));
         }
-        let pending = self.api.pending_deployments(id).await?;
-        let approvals = self.api.approvals(id).await?;
-        if !pending.iter().any(|p| p.environment.id == environment)
-            || reviews_of(&approvals, environment) != earlier
-        {
+        let held = gates::gates(&self.api, id).await.map_err(part_of_run)?;
+        let approvals = self.api.approvals(id).await.map_err(part_of_run)?;
+        let Some(gate) = held
+            .iter()
+            .find(|g| g.environment_id == environment && g.needs_decision)
+            .filter(|_| gates::reviews_of(&approvals, environment) == earlier)
+        else {
             return Err(not_found(format!("question {key} (no longer pending)")));
-        }
+        };
         let content = response.content.unwrap_or(Value::Null);
         let comment = content
             .get("comment")
@@ -410,13 +399,7 @@ impl Engine for GitHubActionsEngine {
             // Dismissed without a choice: a deployment is never approved by default.
             Action::Cancel => (false, "The question was dismissed in flowgate".into()),
         };
-        match self.api.review(id, environment, approve, &comment).await {
-            // 422: reviewed meanwhile (in GitHub's UI) or no longer pending.
-            Err(EngineError::InvalidInput { .. }) => {
-                Err(not_found(format!("question {key} (no longer pending)")))
-            }
-            other => other,
-        }
+        gates::decide(&self.api, id, key, gate, approve, &comment).await
     }
 
     async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
@@ -425,6 +408,7 @@ impl Engine for GitHubActionsEngine {
         if completed(&self.api.run(id).await?) {
             return Ok(());
         }
+        let interrupted = running_steps(&self.api.jobs(id).await.map_err(part_of_run)?);
         if let Err(e) = self.api.cancel(id, false).await {
             // 409: it completed meanwhile.
             if matches!(e, EngineError::InvalidInput { .. }) && completed(&self.api.run(id).await?)
@@ -433,8 +417,10 @@ impl Engine for GitHubActionsEngine {
             }
             return Err(e);
         }
-        // A run can stay in progress after a cancel (steps that ignore the signal, `always()`
-        // steps): after the grace period it is force-cancelled.
+        // GitHub interrupts the running steps (SIGINT, then SIGTERM, then kills them), then
+        // runs the `always()` and `cancelled()` steps. A step still running after the grace
+        // period ignores the signals: the run is force-cancelled. Cleanup steps started after
+        // the cancel are left to finish; the run then ends cancelled on its own.
         let deadline = Instant::now() + Duration::from_millis(self.target.cancel_grace_ms);
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -442,10 +428,14 @@ impl Engine for GitHubActionsEngine {
                 return Ok(());
             }
         }
-        tracing::info!(
-            run = id,
-            "the run is still going after cancel: force-cancelling"
-        );
+        let jobs = self.api.jobs(id).await.map_err(part_of_run)?;
+        let stuck = running_steps(&jobs)
+            .into_iter()
+            .any(|s| interrupted.contains(&s));
+        if !stuck {
+            return Ok(());
+        }
+        tracing::info!(run = id, "a step still runs after cancel: force-cancelling");
         match self.api.cancel(id, true).await {
             Err(EngineError::InvalidInput { .. }) if completed(&self.api.run(id).await?) => Ok(()),
             other => other,
@@ -453,7 +443,7 @@ impl Engine for GitHubActionsEngine {
     }
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
-        let runs = self.api.recent_runs(Utc::now() - LOOKBACK).await?;
+        let runs = self.api.recent_runs(Utc::now() - LOOKBACK, None).await?;
         let tag = filter.principal_digest.as_deref().map(principal_tag);
         let mut out: Vec<ExecutionSummary> = runs
             .iter()
@@ -486,13 +476,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_and_references_parse_strictly() {
-        assert_eq!(parse_question_key(&question_key(77, 0)), Some((77, 0)));
-        assert_eq!(parse_question_key("env-77-0"), None);
-        assert_eq!(parse_question_key("never-asked"), None);
+    fn references_parse_strictly() {
         for bad in ["", "../../etc/passwd", "12a", &"9".repeat(30)] {
             assert!(run_id(&ExecutionRef(bad.into())).is_err(), "{bad}");
         }
         assert_eq!(principal_tag("conformance-00ff"), "conformance00ff");
+        assert_eq!(head_branch("refs/heads/release/1.x"), "release/1.x");
+        assert_eq!(head_branch("v1.2"), "v1.2");
+    }
+
+    #[test]
+    fn a_missing_part_of_a_found_run_is_passing() {
+        let e = part_of_run(not_found("jobs"));
+        assert!(e.is_retryable() && !e.is_not_found(), "{e:?}");
     }
 }

@@ -1,24 +1,27 @@
 //! The GitHub Actions engine: a tool names a workflow, a call dispatches a run, the run is the
-//! task, and an environment waiting for review is a question.
+//! task, and an environment waiting for a decision is a question.
 //!
 //! | flowgate | GitHub REST |
 //! |---|---|
-//! | start | `POST .../workflows/{workflow}/dispatches` with `return_run_details` (the run id, no guessing) |
-//! | get | `GET .../runs/{id}` (conditional), `.../jobs` (the running job and step), `.../pending_deployments` while waiting; at the end the result artifact or the failing job's log |
-//! | respond | `POST .../runs/{id}/pending_deployments` (approve or reject, with a comment) |
-//! | cancel | `POST .../cancel`, then `.../force-cancel` when the run is still going after `cancel_grace_ms` |
+//! | start | `POST .../workflows/{workflow}/dispatches` with `return_run_details` (the run id, no guessing); refusals sorted by who can fix them (module `diagnose`) |
+//! | get | `GET .../runs/{id}` (conditional), `.../jobs` (the running job and step), while waiting `.../pending_deployments`, `.../approvals` and the environment's protection rules (module `gates`); at the end the result artifact, the rejection or the failing job's log (module `outcome`) |
+//! | respond | as a required reviewer `POST .../runs/{id}/pending_deployments`; as a GitHub App its own rule, `POST .../runs/{id}/deployment_protection_rule` |
+//! | cancel | `POST .../cancel`, then `.../force-cancel` only for a step still running after `cancel_grace_ms` (cleanup steps are left to finish) |
 //! | list | `GET .../workflows/{workflow}/runs` (runs whose `run-name` carries a flowgate key) |
 //!
 //! Status mapping: queued, requested, pending -> submitted; in_progress -> working; waiting ->
-//! input_required while a deployment awaits review (else working); completed with success,
-//! neutral, skipped -> completed; failure, timed_out, startup_failure, action_required ->
-//! failed (or completed, with `on_failure: completed`); cancelled -> cancelled; stale and
-//! anything new -> unknown.
+//! input_required while an environment waits for a decision (else working: a wait timer);
+//! completed with success, neutral, skipped -> completed; failure, timed_out, startup_failure,
+//! action_required -> failed (or completed, with `on_failure: completed`); cancelled ->
+//! cancelled; stale and anything new -> unknown.
 //!
 //! **Exactly once.** The call's idempotency key travels as the workflow input `key_input`
 //! (default `flowgate_call`, value `fg-<key>.<principal>`); the workflow puts it in its
-//! `run-name`. Every start first looks for a run whose title carries the key (a retry after a
-//! lost answer finds it), and only then dispatches.
+//! `run-name`. A start first looks for a run whose title carries the key; a key this process
+//! dispatched (or may have) is never dispatched again, only looked for (module `start`).
+//!
+//! **A terminal answer is final.** A passing fault while reading the run's parts stays an
+//! `EngineError` (the task stays working); only GitHub's own word is a failure.
 //!
 //! **Rate limits.** Every poll is a conditional GET (an unchanged run costs a 304, which GitHub
 //! does not count), and [`Engine::pacing`](flowgate_core::Engine::pacing) follows
@@ -27,15 +30,19 @@
 mod api;
 mod auth;
 mod config;
+mod diagnose;
 mod engine;
+mod gates;
 mod mapping;
-mod template;
+mod outcome;
+mod permissions;
+mod start;
 mod zip;
 
 pub use config::{AppConfig, AppId, GhTarget, MAX_INPUTS, OnFailure, ResultArtifact};
 pub use engine::GitHubActionsEngine;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The engine kind manifests name: `engine: github-actions`.
 pub const KIND: &str = "github-actions";
@@ -45,7 +52,7 @@ pub fn register(registry: &mut flowgate_core::Registry) {
     registry.register(
         KIND,
         Box::new(|spec| {
-            let target = GhTarget::from_manifest(spec.config)?;
+            let target = GhTarget::from_manifest(spec)?;
             if let Some((key, message)) = target.missing_credentials() {
                 return Err(flowgate_core::TargetError::at(key, message));
             }
@@ -57,20 +64,11 @@ pub fn register(registry: &mut flowgate_core::Registry) {
 }
 
 /// The repository permissions each target's token (or GitHub App installation) needs, per
-/// repository: `actions: write` to dispatch, read and cancel runs and read artifacts and logs;
-/// `deployments: write` to review environments; `contents: read` for the workflow file.
+/// repository, each traced to the calls that need it (module `permissions`):
+/// `actions: write` to dispatch and cancel runs (and read them, their jobs, reviews, artifacts
+/// and logs), `deployments: write` to answer environment reviews, `metadata: read`.
 pub fn permissions(targets: &[GhTarget]) -> Value {
-    let mut repos = serde_json::Map::new();
-    for t in targets {
-        repos.insert(
-            format!("{}/{}", t.owner, t.repo),
-            json!({"actions": "write", "deployments": "write", "contents": "read", "metadata": "read"}),
-        );
-    }
-    json!({
-        "note": "fine-grained token or GitHub App installation permissions, per repository",
-        "repositories": repos,
-    })
+    permissions::permissions(targets)
 }
 
 #[cfg(feature = "testing")]

@@ -30,6 +30,16 @@ pub(crate) fn state(run: &Run, waiting_for_review: bool, on_failure: OnFailure) 
     }
 }
 
+/// Whether a completed run concluded as a failure (reported as failed, or as completed with
+/// the failure in the output under `on_failure: completed`).
+pub(crate) fn concluded_in_failure(run: &Run) -> bool {
+    run.status.as_deref() == Some("completed")
+        && matches!(
+            run.conclusion.as_deref(),
+            Some("failure" | "timed_out" | "startup_failure" | "action_required")
+        )
+}
+
 /// The engine's own words: `in_progress`, `completed/failure`.
 pub(crate) fn engine_status(run: &Run) -> String {
     match (&run.status, &run.conclusion) {
@@ -50,7 +60,9 @@ pub(crate) fn progress(jobs: &[Job]) -> Option<String> {
                 .iter()
                 .position(|s| s.status.as_deref() == Some("in_progress"));
             match (j.status.as_deref(), running) {
-                (Some("waiting"), _) => format!("{}: waiting for review", j.name),
+                (Some("waiting"), _) => {
+                    format!("{}: waiting for its environment's protection rules", j.name)
+                }
                 (_, Some(i)) => format!(
                     "{}: {} (step {} of {})",
                     j.name,

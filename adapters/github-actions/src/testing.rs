@@ -83,14 +83,7 @@ impl Fake {
         };
         let mut child = Command::new(python)
             .arg(&script)
-            .args([
-                "--port",
-                "0",
-                "--protected",
-                "production",
-                "--token",
-                &token,
-            ])
+            .args(["--port", "0", "--token", &token])
             .arg("--workflows")
             .arg(root().join("tests/fakes/github/workflows"))
             .arg("--act")
@@ -122,18 +115,125 @@ impl Fake {
         }
     }
 
-    /// A target for one of the fake's workflows (`greet.yml`, `fails.yml`, `release.yml`,
-    /// `stubborn.yml`) with extra keys.
+    /// The fake's read-only token (`actions: read`, nothing else).
+    pub fn readonly_token(&self) -> String {
+        format!("{}-readonly", self.token)
+    }
+
+    /// A hook for the engine conformance suite: after the next `skip` reads of runs, jobs,
+    /// artifacts, reviews or logs of `owner/repo`, one answers 429, 5xx or drops the
+    /// connection (each in turn); `None` disarms it.
+    pub fn transient_read_fault(
+        &self,
+        repo: &str,
+    ) -> flowgate_core::conformance::TransientReadFault {
+        let fake = Fake {
+            url: self.url.clone(),
+            token: self.token.clone(),
+            child: None,
+        };
+        let repo = repo.to_owned();
+        flowgate_core::conformance::TransientReadFault(std::sync::Arc::new(move |skip| {
+            fake.hook("faults", json!({"repo": repo, "skip": skip}));
+        }))
+    }
+
+    /// What the fake counted for `owner/repo`: `dispatches`, `requests`.
+    pub fn stats(&self, repo: &str) -> Value {
+        self.request(
+            "GET",
+            &format!("/_fake/stats?repo={repo}"),
+            None,
+            Value::Null,
+        )
+        .1
+    }
+
+    /// A plain request to the fake as a client of GitHub's API would make it, with `token`
+    /// (none: unauthenticated): its status and JSON body (null when there is none).
+    ///
+    /// # Panics
+    /// When the fake does not answer.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Value,
+    ) -> (u16, Value) {
+        let addr = self.url.trim_start_matches("http://");
+        let mut stream = TcpStream::connect(addr).expect("connect to the fake");
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let payload = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+            payload.len()
+        );
+        stream
+            .write_all(request.as_bytes())
+            .expect("send the request");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    }
+
+    /// A target for one of the fake's workflows (tests/fakes/github/workflows: `greet.yml`,
+    /// `fails.yml`, `release.yml`, `deploy.yml`, `cleanup.yml`, ...) with extra keys (`repo`
+    /// gives a test a repository of its own, so its hooks touch no other test).
     ///
     /// # Panics
     /// On a broken fixture.
+    ///
+    /// The tool's `input_schema` is `extra.input_schema` when given, else one that declares
+    /// (as optional strings) every argument the target's templates name.
     pub fn target(&self, workflow: &str, extra: Value) -> GhTarget {
         let mut v = json!({"owner": "acme", "repo": "app", "workflow": workflow, "ref": "main",
                            "api_url": self.url, "token_env": "FLOWGATE_TEST_UNUSED_TOKEN_VAR"});
         if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
             m.extend(e);
         }
-        let mut t = GhTarget::from_manifest(v.as_object().expect("object")).expect("target");
+        let target = v.as_object_mut().expect("object");
+        let schema = match target.remove("input_schema") {
+            Some(Value::Object(schema)) => schema,
+            _ => {
+                let mut templates: Vec<&str> = target
+                    .get("ref")
+                    .and_then(Value::as_str)
+                    .into_iter()
+                    .collect();
+                if let Some(Value::Object(inputs)) = target.get("inputs") {
+                    templates.extend(inputs.values().filter_map(Value::as_str));
+                }
+                let properties: serde_json::Map<String, Value> = templates
+                    .iter()
+                    .filter_map(|t| flowgate_core::template::Template::parse(t).ok())
+                    .flat_map(|t| {
+                        t.arguments()
+                            .map(|a| (a.to_owned(), json!({"type": "string"})))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                json!({"type": "object", "properties": properties})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default()
+            }
+        };
+        let mut t = GhTarget::from_config(target, &schema).expect("target");
         t.token = Some(Secret::new(self.token.clone()));
         t
     }

@@ -6,14 +6,14 @@ use flowgate_core::EngineError;
 use flowgate_http::paging::{all_pages, encode, next_page_number};
 use flowgate_http::{HttpClient, Method, RequestBuilder, Secret};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::KIND;
 
 /// Pages of 100 (GitLab's maximum `per_page`), at most this many.
 const MAX_PAGES: usize = 10;
 
-/// A pipeline, as `GET /projects/:id/pipelines/:pipeline_id` answers.
+/// A pipeline, as `GET /projects/:id/pipelines/:pipeline_id` (and the list) answers.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct Pipeline {
     pub(crate) id: u64,
@@ -21,8 +21,17 @@ pub(crate) struct Pipeline {
     pub(crate) created_at: DateTime<Utc>,
     #[serde(default)]
     pub(crate) updated_at: Option<DateTime<Utc>>,
+    /// When its first job started (the single pipeline's answer has it; lists do not).
+    #[serde(default)]
+    pub(crate) started_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub(crate) web_url: Option<String>,
+    /// `workflow:name` as evaluated (GitLab 16.3+ answers it; null when there is none).
+    #[serde(default)]
+    pub(crate) name: Option<String>,
+    /// Why GitLab could not read the configuration (a pipeline saved with errors).
+    #[serde(default)]
+    pub(crate) yaml_errors: Option<String>,
 }
 
 /// A job, as `GET /projects/:id/pipelines/:pipeline_id/jobs` answers.
@@ -36,14 +45,29 @@ pub(crate) struct Job {
     pub(crate) allow_failure: bool,
     #[serde(default)]
     pub(crate) failure_reason: Option<String>,
+    #[serde(default)]
+    pub(crate) artifacts_expire_at: Option<DateTime<Utc>>,
 }
 
-/// A pipeline variable.
+/// The user a token belongs to (`GET /user`).
 #[derive(Debug, Clone, Deserialize)]
-pub(crate) struct Variable {
-    pub(crate) key: String,
-    #[serde(default)]
-    pub(crate) value: Option<String>,
+pub(crate) struct User {
+    pub(crate) username: String,
+}
+
+/// What a start sends: the ref, the pipeline inputs and the pipeline variables.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NewPipeline {
+    pub(crate) git_ref: String,
+    pub(crate) inputs: Map<String, Value>,
+    pub(crate) variables: Vec<(String, String)>,
+}
+
+/// What playing a manual job sends: job inputs (GitLab 18.10+) and job variables.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Play {
+    pub(crate) inputs: Map<String, Value>,
+    pub(crate) variables: Vec<(String, String)>,
 }
 
 /// The API of one project, with its credentials.
@@ -51,6 +75,7 @@ pub(crate) struct Variable {
 pub(crate) struct Api {
     pub(crate) http: HttpClient,
     pub(crate) project_url: String,
+    pub(crate) user_url: String,
     pub(crate) token: Option<Secret>,
     pub(crate) bearer: bool,
     pub(crate) token_env: String,
@@ -94,7 +119,26 @@ impl Api {
         .await
     }
 
-    /// Pipelines of `git_ref` updated after `since`, newest first, at most `limit`.
+    /// The pipelines named exactly `name` (the pipelines list's `name` filter, GitLab 16.9+),
+    /// newest first: one request.
+    pub(crate) async fn named(
+        &self,
+        name: &str,
+        git_ref: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<Pipeline>, EngineError> {
+        let url = format!(
+            "{}/pipelines?name={}&ref={}&created_after={}&order_by=id&sort=desc&per_page=20",
+            self.project_url,
+            encode(name),
+            encode(git_ref),
+            encode(&since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        );
+        let req = self.request(Method::GET, &url)?;
+        self.http.json(req, "find pipeline by name").await
+    }
+
+    /// Pipelines (of `git_ref`, if given) updated after `since`, newest first, at most `limit`.
     pub(crate) async fn recent(
         &self,
         git_ref: Option<&str>,
@@ -129,42 +173,38 @@ impl Api {
         Ok(out)
     }
 
-    pub(crate) async fn variables(&self, pipeline: u64) -> Result<Vec<Variable>, EngineError> {
-        let url = format!("{}/pipelines/{pipeline}/variables", self.project_url);
-        let req = self.request(Method::GET, &url)?;
-        self.http.json(req, "get pipeline variables").await
-    }
-
     /// `POST /pipeline` (or the trigger endpoint with `trigger_token`).
     pub(crate) async fn create(
         &self,
-        git_ref: &str,
-        variables: &[(String, String)],
-        inputs: Option<&serde_json::Map<String, Value>>,
+        new: &NewPipeline,
         trigger_token: Option<&Secret>,
     ) -> Result<Pipeline, EngineError> {
-        let (url, body) = match trigger_token {
+        let mut body = json!({"ref": new.git_ref});
+        if !new.inputs.is_empty() {
+            body["inputs"] = Value::Object(new.inputs.clone());
+        }
+        let url = match trigger_token {
             None => {
-                let vars: Vec<Value> = variables
-                    .iter()
-                    .map(|(k, v)| json!({"key": k, "value": v, "variable_type": "env_var"}))
-                    .collect();
-                let mut body = json!({"ref": git_ref, "variables": vars});
-                if let Some(i) = inputs {
-                    body["inputs"] = Value::Object(i.clone());
+                if !new.variables.is_empty() {
+                    body["variables"] = new
+                        .variables
+                        .iter()
+                        .map(|(k, v)| json!({"key": k, "value": v, "variable_type": "env_var"}))
+                        .collect();
                 }
-                (format!("{}/pipeline", self.project_url), body)
+                format!("{}/pipeline", self.project_url)
             }
             Some(t) => {
-                let vars: serde_json::Map<String, Value> = variables
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                    .collect();
-                let mut body = json!({"token": t.expose(), "ref": git_ref, "variables": vars});
-                if let Some(i) = inputs {
-                    body["inputs"] = Value::Object(i.clone());
+                body["token"] = Value::String(t.expose().to_owned());
+                if !new.variables.is_empty() {
+                    body["variables"] = new
+                        .variables
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                        .collect::<Map<String, Value>>()
+                        .into();
                 }
-                (format!("{}/trigger/pipeline", self.project_url), body)
+                format!("{}/trigger/pipeline", self.project_url)
             }
         };
         let req = match trigger_token {
@@ -175,19 +215,35 @@ impl Api {
         self.http.json(req.json(&body), "create pipeline").await
     }
 
-    pub(crate) async fn play(
-        &self,
-        job: u64,
-        variables: &[(String, String)],
-    ) -> Result<(), EngineError> {
-        let url = format!("{}/jobs/{job}/play", self.project_url);
-        let attrs: Vec<Value> = variables
-            .iter()
-            .map(|(k, v)| json!({"key": k, "value": v}))
-            .collect();
+    /// `PUT /pipelines/:id/metadata` (GitLab 16.6+): the pipeline's name.
+    pub(crate) async fn rename(&self, pipeline: u64, name: &str) -> Result<Pipeline, EngineError> {
+        let url = format!("{}/pipelines/{pipeline}/metadata", self.project_url);
         let req = self
-            .request(Method::POST, &url)?
-            .json(&json!({"job_variables_attributes": attrs}));
+            .request(Method::PUT, &url)?
+            .json(&json!({ "name": name }));
+        self.http.json(req, "name pipeline").await
+    }
+
+    /// The token's own user.
+    pub(crate) async fn user(&self) -> Result<User, EngineError> {
+        let req = self.request(Method::GET, &self.user_url)?;
+        self.http.json(req, "get current user").await
+    }
+
+    pub(crate) async fn play(&self, job: u64, play: &Play) -> Result<(), EngineError> {
+        let url = format!("{}/jobs/{job}/play", self.project_url);
+        let mut body = json!({});
+        if !play.variables.is_empty() {
+            body["job_variables_attributes"] = play
+                .variables
+                .iter()
+                .map(|(k, v)| json!({"key": k, "value": v}))
+                .collect();
+        }
+        if !play.inputs.is_empty() {
+            body["job_inputs"] = Value::Object(play.inputs.clone());
+        }
+        let req = self.request(Method::POST, &url)?.json(&body);
         self.http.send(req, "play job").await.map(|_| ())
     }
 
@@ -197,14 +253,27 @@ impl Api {
         self.http.send(req, "cancel pipeline").await.map(|_| ())
     }
 
-    pub(crate) async fn trace(&self, job: u64) -> Result<String, EngineError> {
+    /// The last `keep` bytes of a job's log, read as it streams in (a log may be megabytes;
+    /// only its end is kept in memory).
+    pub(crate) async fn trace_end(&self, job: u64, keep: usize) -> Result<Vec<u8>, EngineError> {
         let url = format!("{}/jobs/{job}/trace", self.project_url);
         let req = self.request(Method::GET, &url)?;
-        let response = self.http.send(req, "get job trace").await?;
-        response
-            .text()
-            .await
-            .map_err(|e| EngineError::unavailable(KIND, "get job trace: the answer broke off", e))
+        let mut response = self.http.send(req, "get job trace").await?;
+        let mut tail: Vec<u8> = Vec::with_capacity(keep.min(1 << 16));
+        loop {
+            let chunk = response.chunk().await.map_err(|e| {
+                EngineError::unavailable(KIND, "get job trace: the answer broke off", e)
+            })?;
+            let Some(chunk) = chunk else { break };
+            tail.extend_from_slice(&chunk);
+            if tail.len() > keep * 2 {
+                tail.drain(..tail.len() - keep);
+            }
+        }
+        if tail.len() > keep {
+            tail.drain(..tail.len() - keep);
+        }
+        Ok(tail)
     }
 
     pub(crate) async fn artifact(&self, job: u64, path: &str) -> Result<Vec<u8>, EngineError> {

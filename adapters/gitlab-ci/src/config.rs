@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use flowgate_core::{TargetError, parse_target};
+use flowgate_core::template::Template;
+use flowgate_core::{TargetError, TargetSpec, parse_target};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -35,8 +36,13 @@ pub struct Question {
     /// The form's JSON Schema (an object with flat properties); by default a bare go-ahead.
     #[serde(default = "default_schema")]
     pub requested_schema: Value,
-    /// Which answer field becomes which job variable when the job is played; by default every
-    /// field, under its own name.
+    /// Which answer field becomes which job input (the job's `inputs:`, GitLab 18.10+) when
+    /// the job is played. Without `inputs` and `variables`, every field is a job input of its
+    /// own name.
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+    /// Which answer field becomes which job variable when the job is played (needs pipeline
+    /// variables allowed for the token's role: `ci_pipeline_variables_minimum_override_role`).
     #[serde(default)]
     pub variables: BTreeMap<String, String>,
     /// What declining does.
@@ -67,17 +73,30 @@ pub struct GitLabTarget {
     pub base_url: String,
     /// The project: its numeric id or its full path (`group/sub/project`).
     pub project: String,
-    /// The branch or tag to run; `{{name}}` is replaced by the argument `name`.
+    /// The branch or tag to run (a [template](flowgate_core::template): `release-{version}`).
     #[serde(rename = "ref")]
-    pub git_ref: String,
-    /// Pipeline variables: name -> value template. Without `variables` and `inputs`, every
-    /// scalar argument becomes a variable of its own name.
+    pub git_ref: Template,
+    /// Pipeline `inputs` (`spec:inputs`, GitLab 17.10+): name -> value template; a template
+    /// that is exactly one `{name}` keeps the argument's JSON type (number, boolean, array),
+    /// and one whose argument a call leaves out (without a schema default) is not sent, so the
+    /// input's own `default` applies. Without `inputs` and `variables`, every argument is an
+    /// input of its own name.
     #[serde(default)]
-    pub variables: Option<BTreeMap<String, String>>,
-    /// Pipeline `inputs` (GitLab 17+ `spec:inputs`): name -> value template; a template that is
-    /// exactly `{{name}}` keeps the argument's JSON type (number, boolean, array).
+    pub inputs: Option<BTreeMap<String, Template>>,
+    /// Pipeline variables: name -> value template, sent only when the manifest lists them
+    /// (GitLab refuses them unless the token's role reaches the project's
+    /// `ci_pipeline_variables_minimum_override_role`); one whose argument a call leaves out is
+    /// not sent.
     #[serde(default)]
-    pub inputs: Option<BTreeMap<String, String>>,
+    pub variables: Option<BTreeMap<String, Template>>,
+    /// The pipeline input that carries the call's name; the pipeline makes it its name with
+    /// `workflow: name: $[[ inputs.flowgate_call ]]`, so a retried start finds it by name.
+    #[serde(default = "default_key_input")]
+    pub key_input: String,
+    /// Carry the call's name as this pipeline variable instead of an input (a pipeline without
+    /// `spec:inputs`, whose `workflow: name:` is `$FLOWGATE_CALL`; needs pipeline variables).
+    #[serde(default)]
+    pub key_variable: Option<String>,
     /// The environment variable holding the API token.
     #[serde(default = "default_token_env")]
     pub token_env: String,
@@ -117,14 +136,42 @@ fn default_window() -> u64 {
 fn default_tail() -> usize {
     30
 }
+fn default_key_input() -> String {
+    "flowgate_call".to_owned()
+}
 
 impl GitLabTarget {
-    /// Reads a manifest `target` block (without its `engine` key).
+    /// Reads a tool's `target` block (without its `engine` key), binding its templates to the
+    /// tool's input schema.
     ///
     /// # Errors
     /// A [`TargetError`] naming the offending key.
-    pub fn from_manifest(target: &Map<String, Value>) -> Result<Self, TargetError> {
-        let t: GitLabTarget = parse_target(crate::KIND, target)?;
+    pub fn from_manifest(spec: TargetSpec<'_>) -> Result<Self, TargetError> {
+        Self::from_config(spec.config, spec.input_schema)
+    }
+
+    /// [`GitLabTarget::from_manifest`] from the block and the tool's input schema alone.
+    ///
+    /// # Errors
+    /// A [`TargetError`] naming the offending key.
+    pub fn from_config(
+        target: &Map<String, Value>,
+        input_schema: &Map<String, Value>,
+    ) -> Result<Self, TargetError> {
+        let mut t: GitLabTarget = parse_target(crate::KIND, target)?;
+        let bind = |key: String, template: Template| {
+            template
+                .bind(input_schema)
+                .map_err(|e| TargetError::at(key.clone(), format!("gitlab-ci target: {key}: {e}")))
+        };
+        t.git_ref = bind("ref".into(), t.git_ref)?;
+        for (field, templates) in [("inputs", &mut t.inputs), ("variables", &mut t.variables)] {
+            if let Some(templates) = templates {
+                for (name, template) in templates.iter_mut() {
+                    *template = bind(format!("{field}.{name}"), template.clone())?;
+                }
+            }
+        }
         if !(t.base_url.starts_with("https://") || t.base_url.starts_with("http://")) {
             return Err(TargetError::at(
                 "base_url",
@@ -140,15 +187,46 @@ impl GitLabTarget {
                 "gitlab-ci target: project must be a numeric id or a path like group/project",
             ));
         }
-        if t.git_ref.trim().is_empty() {
+        if t.git_ref.source().trim().is_empty() {
             return Err(TargetError::at(
                 "ref",
                 "gitlab-ci target: ref must not be empty",
             ));
         }
+        if !valid_input(&t.key_input) {
+            return Err(TargetError::at(
+                "key_input",
+                "gitlab-ci target: key_input must be an input name (letters, digits, _ and -)",
+            ));
+        }
+        if t.inputs
+            .as_ref()
+            .is_some_and(|i| i.contains_key(&t.key_input))
+            && t.key_variable.is_none()
+        {
+            return Err(TargetError::at(
+                format!("inputs.{}", t.key_input),
+                format!(
+                    "gitlab-ci target: input {} carries the call's name (key_input); map the argument under another input",
+                    t.key_input
+                ),
+            ));
+        }
+        for (job, q) in &t.questions {
+            for name in q.inputs.values() {
+                if !valid_input(name) {
+                    return Err(TargetError::at(
+                        format!("questions.{job}.inputs"),
+                        format!(
+                            "gitlab-ci target: job input name {name:?} may only hold letters, digits, _ and -"
+                        ),
+                    ));
+                }
+            }
+        }
         let names = t.variables.iter().flat_map(|v| v.keys());
         let answer_vars = t.questions.values().flat_map(|q| q.variables.values());
-        for name in names.chain(answer_vars) {
+        for name in names.chain(answer_vars).chain(t.key_variable.as_ref()) {
             if !valid_variable(name) {
                 return Err(TargetError::at(
                     "variables",
@@ -169,6 +247,11 @@ impl GitLabTarget {
         Ok(t)
     }
 
+    /// `https://host/api/v4/user`: the token's own user.
+    pub(crate) fn user_url(&self) -> String {
+        format!("{}/api/v4/user", self.base_url.trim_end_matches('/'))
+    }
+
     /// `https://host/api/v4/projects/<encoded id or path>`.
     pub(crate) fn project_url(&self) -> String {
         format!(
@@ -184,13 +267,33 @@ pub(crate) fn valid_variable(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// GitLab's rule for input names (`$[[ inputs.name ]]`).
+pub(crate) fn valid_input(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {"env": {}, "replicas": {"type": "integer"}, "version": {}}})
+    }
+
     fn parse(v: Value) -> Result<GitLabTarget, String> {
-        GitLabTarget::from_manifest(v.as_object().expect("object")).map_err(|e| e.message)
+        located(v).map_err(|e| e.message)
+    }
+
+    fn located(v: Value) -> Result<GitLabTarget, TargetError> {
+        GitLabTarget::from_config(
+            v.as_object().expect("object"),
+            schema().as_object().expect("object"),
+        )
     }
 
     #[test]
@@ -227,5 +330,26 @@ mod tests {
                 "questions": {"approve": {"message": "ok?", "requested_schema": {"type": "string"}}}}))
             .is_err()
         );
+    }
+
+    #[test]
+    fn templates_are_bound_to_the_schema_at_load() {
+        let t = parse(json!({"project": "p", "ref": "release-{version}",
+            "inputs": {"environment": "{env}", "replicas": "{replicas}"}}))
+        .expect("declared arguments");
+        assert_eq!(t.git_ref.source(), "release-{version}");
+        let e = located(
+            json!({"project": "p", "ref": "main", "inputs": {"environment": "{enviroment}"}}),
+        )
+        .expect_err("undeclared");
+        assert_eq!(e.key.as_deref(), Some("inputs.environment"));
+        assert!(e.message.contains("names no argument"), "{e}");
+        // The old spelling around a declared argument is refused with the fix.
+        let e = located(json!({"project": "p", "ref": "main", "variables": {"ENV": "{{env}}"}}))
+            .expect_err("old spelling");
+        assert_eq!(e.key.as_deref(), Some("variables.ENV"));
+        assert!(e.message.contains("write `{env}`"), "{e}");
+        let e = located(json!({"project": "p", "ref": "{{version}}"})).expect_err("old ref");
+        assert_eq!(e.key.as_deref(), Some("ref"));
     }
 }

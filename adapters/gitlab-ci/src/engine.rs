@@ -1,5 +1,6 @@
 //! The [`Engine`] implementation over GitLab's pipelines and jobs API.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -7,21 +8,26 @@ use chrono::Utc;
 use flowgate_core::{
     Action, Capabilities, Engine, EngineError, EngineFailure, ExecutionRecord, ExecutionRef,
     ExecutionSummary, InputRequest, InputResponse, ListFilter, StartRequest, Started, TaskState,
+    principal_tag,
 };
 use flowgate_http::{HttpClient, HttpConfig, Secret};
 use serde_json::{Map, Value, json};
 
-use crate::api::{Api, Job, Pipeline};
-use crate::{GitLabTarget, KIND, OnDecline, ResultFile, mapping};
+use crate::api::{Api, Job, NewPipeline, Pipeline, Play};
+use crate::finished::Finished;
+use crate::{GitLabTarget, KIND, OnDecline, Question, ResultFile, mapping, naming, trace};
 
-/// The variables flowgate adds to every pipeline it creates.
-const KEY_VAR: &str = "FLOWGATE_IDEMPOTENCY_KEY";
-const PRINCIPAL_VAR: &str = "FLOWGATE_PRINCIPAL";
-const TOOL_VAR: &str = "FLOWGATE_TOOL";
 /// How many recent pipelines `list` looks at.
 const LIST_SCAN: usize = 100;
-/// How many recent pipelines a start looks at for its key.
-const DEDUPE_SCAN: usize = 200;
+
+/// What GitLab says when it refuses a pipeline because of a call's arguments (an input's value,
+/// the ref, rules that leave nothing to run for them), as opposed to its configuration.
+const ARGUMENT_REFUSALS: [&str; 4] = [
+    "` input: ",
+    "Reference not found",
+    "Pipeline filtered out by workflow rules",
+    "Pipeline will not run for the selected trigger",
+];
 
 fn secret(name: &str) -> Option<Secret> {
     std::env::var(name)
@@ -36,6 +42,10 @@ pub struct GitLabEngine {
     target: GitLabTarget,
     api: Api,
     trigger_token: Option<Secret>,
+    /// Records of pipelines that ended: their answer is final.
+    finished: Finished,
+    /// The token's GitLab username, once asked (for recording who declined).
+    username: OnceLock<String>,
 }
 
 impl GitLabEngine {
@@ -70,6 +80,7 @@ impl GitLabEngine {
         let api = Api {
             http: HttpClient::new(KIND, config)?,
             project_url: target.project_url(),
+            user_url: target.user_url(),
             token,
             bearer: target.token_kind == crate::TokenKind::Bearer,
             token_env: target.token_env.clone(),
@@ -79,6 +90,8 @@ impl GitLabEngine {
             target,
             api,
             trigger_token,
+            finished: Finished::default(),
+            username: OnceLock::new(),
         })
     }
 
@@ -101,6 +114,14 @@ impl GitLabEngine {
         }
     }
 
+    /// A problem with the tool's setup that only an operator can fix.
+    fn setup(message: String) -> EngineError {
+        EngineError::Misconfigured {
+            engine: KIND,
+            message,
+        }
+    }
+
     /// The pipeline id of a reference this engine issued; anything else is not found.
     fn pipeline_id(execution: &ExecutionRef) -> Result<u64, EngineError> {
         let s = execution.0.as_str();
@@ -116,24 +137,106 @@ impl GitLabEngine {
         })
     }
 
-    /// The pipeline an earlier attempt of this call created, if any.
-    async fn find_by_key(&self, git_ref: &str, key: &str) -> Result<Option<Pipeline>, EngineError> {
+    /// The pipeline inputs of a call: the manifest's templates (an input whose argument the
+    /// call leaves out, without a schema default, is not sent: the input's own default
+    /// applies), or (without `inputs` and `variables`) every argument under its own name; and
+    /// the call's name in the key input.
+    fn inputs(&self, args: &Value, name: &str) -> Result<Map<String, Value>, EngineError> {
+        let mut out = Map::new();
+        match (&self.target.inputs, &self.target.variables) {
+            (Some(templates), _) => {
+                for (k, t) in templates {
+                    if let Some(value) = t.render_value(args) {
+                        out.insert(k.clone(), value);
+                    }
+                }
+            }
+            (None, None) => {
+                let empty = Map::new();
+                let given = args.as_object().unwrap_or(&empty);
+                for (k, v) in given.iter().filter(|(_, v)| !v.is_null()) {
+                    if !crate::config::valid_input(k) {
+                        return Err(Self::setup(format!(
+                            "argument {k:?} cannot be a GitLab input name (letters, digits, _ and -); map it under target.inputs"
+                        )));
+                    }
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+            (None, Some(_)) => {}
+        }
+        if self.target.key_variable.is_none() {
+            out.insert(
+                self.target.key_input.clone(),
+                Value::String(name.to_owned()),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The pipeline an earlier attempt of this call created, if any: GitLab looks it up by
+    /// name (one request, however many pipelines the project has).
+    async fn find(&self, git_ref: &str, name: &str) -> Result<Option<Pipeline>, EngineError> {
         let since = Utc::now()
             - chrono::Duration::seconds(self.target.dedupe_window_s.min(86_400 * 30) as i64);
-        for p in self.api.recent(Some(git_ref), since, DEDUPE_SCAN).await? {
-            let vars = self.api.variables(p.id).await?;
-            if vars
-                .iter()
-                .any(|v| v.key == KEY_VAR && v.value.as_deref() == Some(key))
+        let found = self.api.named(name, git_ref, since).await?;
+        // A GitLab older than 16.9 ignores `name` and lists every pipeline: only an exact
+        // match is this call's.
+        Ok(found.into_iter().find(|p| p.name.as_deref() == Some(name)))
+    }
+
+    /// Why GitLab refused to create the pipeline, as the error the caller can act on.
+    fn refused(&self, e: EngineError) -> EngineError {
+        match e {
+            // GitLab answers 404 alike for a missing project, one the token cannot see,
+            // and a wrong trigger token: for a start that is a permission problem, not a
+            // missing task.
+            EngineError::NotFound { what, .. } => EngineError::Denied {
+                engine: KIND,
+                message: format!(
+                    "{what} (the project {} does not exist or the token cannot run its pipelines)",
+                    self.target.project
+                ),
+            },
+            EngineError::InvalidInput { message, .. }
+                if message.contains("Insufficient permissions to set pipeline variables") =>
             {
-                return Ok(Some(p));
+                Self::setup(format!(
+                    "{message}: the project {} restricts pipeline variables (Settings > CI/CD > Variables > \
+                     Minimum role to use pipeline variables, ci_pipeline_variables_minimum_override_role) and this \
+                     tool sends some (target.variables or key_variable); carry them as spec:inputs, or let the \
+                     token's role set pipeline variables",
+                    self.target.project
+                ))
             }
+            EngineError::InvalidInput { message, .. }
+                if message.contains("unknown input arguments")
+                    || message.contains("Given inputs not defined") =>
+            {
+                Self::setup(format!(
+                    "{message}: the pipeline of {} does not declare these inputs under spec:inputs \
+                     (the call's name travels as input {}; workflow:name must be $[[ inputs.{} ]])",
+                    self.target.project, self.target.key_input, self.target.key_input
+                ))
+            }
+            // What comes from the arguments: an input's value, a ref, rules that exclude
+            // this call.
+            EngineError::InvalidInput { message, .. }
+                if ARGUMENT_REFUSALS.iter().any(|m| message.contains(m)) =>
+            {
+                Self::invalid(message)
+            }
+            // Anything else GitLab refuses to create is its configuration's fault.
+            EngineError::InvalidInput { message, .. } => Self::setup(format!(
+                "GitLab cannot create a pipeline from the configuration of {}: {message}",
+                self.target.project
+            )),
+            other => other,
         }
-        Ok(None)
     }
 
     /// The blocking manual jobs that are the manifest's questions.
-    fn questions<'a>(&self, jobs: &'a [Job]) -> Vec<(&'a Job, &crate::Question)> {
+    fn questions<'a>(&self, jobs: &'a [Job]) -> Vec<(&'a Job, &Question)> {
         jobs.iter()
             .filter(|j| j.status == "manual" && !j.allow_failure)
             .filter_map(|j| self.target.questions.get(&j.name).map(|q| (j, q)))
@@ -145,69 +248,130 @@ impl GitLabEngine {
         jobs.iter().filter(|j| j.name == name).max_by_key(|j| j.id)
     }
 
-    async fn result_file(&self, jobs: &[Job], file: &ResultFile) -> Result<Vec<u8>, String> {
-        let job = Self::job(jobs, &file.job)
-            .ok_or_else(|| format!("the pipeline has no job {}", file.job))?;
-        self.api
-            .artifact(job.id, &file.path)
-            .await
-            .map_err(|e| format!("job {} has no artifact {}: {e}", file.job, file.path))
+    /// A result file: `Ok(Err(failure))` when GitLab says it is not there (the workflow's
+    /// outcome); `Err` for a fault reading it (retried, never an answer).
+    async fn result_file(
+        &self,
+        jobs: &[Job],
+        file: &ResultFile,
+    ) -> Result<Result<Vec<u8>, EngineFailure>, EngineError> {
+        let missing = |cause: String| EngineFailure {
+            error: "result artifact missing".into(),
+            cause: Some(cause),
+        };
+        let Some(job) = Self::job(jobs, &file.job) else {
+            return Ok(Err(missing(format!(
+                "the pipeline has no job {}",
+                file.job
+            ))));
+        };
+        match self.api.artifact(job.id, &file.path).await {
+            Ok(bytes) => Ok(Ok(bytes)),
+            Err(EngineError::NotFound { .. }) => {
+                let why = match job.artifacts_expire_at {
+                    Some(at) if at <= Utc::now() => format!(", whose artifacts expired at {at}"),
+                    _ => String::new(),
+                };
+                Ok(Err(missing(format!(
+                    "job {} ({}) has no artifact {}{why}",
+                    file.job, job.status, file.path
+                ))))
+            }
+            Err(other) => Err(other),
+        }
     }
 
-    /// The result of a successful pipeline.
-    async fn output(&self, pipeline: &Pipeline, jobs: &[Job]) -> Result<Value, EngineFailure> {
-        let missing = |message: String| EngineFailure {
-            error: "result artifact missing".into(),
-            cause: Some(message),
-        };
+    /// The result of a successful pipeline, or the workflow failure that there is none.
+    async fn output(
+        &self,
+        pipeline: &Pipeline,
+        jobs: &[Job],
+    ) -> Result<Result<Value, EngineFailure>, EngineError> {
         if let Some(file) = &self.target.result_artifact {
-            let bytes = self.result_file(jobs, file).await.map_err(missing)?;
-            return serde_json::from_slice(&bytes).map_err(|e| EngineFailure {
+            let bytes = match self.result_file(jobs, file).await? {
+                Ok(bytes) => bytes,
+                Err(failure) => return Ok(Err(failure)),
+            };
+            return Ok(serde_json::from_slice(&bytes).map_err(|e| EngineFailure {
                 error: "result artifact is not JSON".into(),
                 cause: Some(format!("{} of job {}: {e}", file.path, file.job)),
-            });
+            }));
         }
         if let Some(file) = &self.target.result_dotenv {
-            let bytes = self.result_file(jobs, file).await.map_err(missing)?;
-            return Ok(mapping::dotenv(&String::from_utf8_lossy(&bytes)));
+            return Ok(self
+                .result_file(jobs, file)
+                .await?
+                .map(|bytes| mapping::dotenv(&String::from_utf8_lossy(&bytes))));
         }
         let per_job: Map<String, Value> = jobs
             .iter()
             .map(|j| (j.name.clone(), Value::String(j.status.clone())))
             .collect();
-        Ok(json!({"status": pipeline.status, "jobs": per_job}))
+        Ok(Ok(json!({"status": pipeline.status, "jobs": per_job})))
     }
 
-    /// The failing jobs and the tail of the first one's trace.
-    async fn failure(&self, jobs: &[Job]) -> EngineFailure {
+    /// The failing jobs and the end of the first one's log.
+    async fn failure(
+        &self,
+        pipeline: &Pipeline,
+        jobs: &[Job],
+    ) -> Result<EngineFailure, EngineError> {
         let failed: Vec<&Job> = jobs
             .iter()
             .filter(|j| j.status == "failed" && !j.allow_failure)
             .collect();
         let Some(first) = failed.iter().min_by_key(|j| j.id) else {
-            return EngineFailure {
-                error: "pipeline failed".into(),
-                cause: None,
-            };
+            return Ok(match &pipeline.yaml_errors {
+                Some(errors) => EngineFailure {
+                    error: "the pipeline's configuration is invalid".into(),
+                    cause: Some(errors.clone()),
+                },
+                None => EngineFailure {
+                    error: "pipeline failed".into(),
+                    cause: None,
+                },
+            });
         };
         let names: Vec<&str> = failed.iter().map(|j| j.name.as_str()).collect();
         let reason = first.failure_reason.as_deref().unwrap_or("failed");
         let error = format!("job {} failed ({reason})", names.join(", "));
-        let cause = match self.api.trace(first.id).await {
-            Ok(trace) => Some(format!(
-                "trace of job {}:\n{}",
+        let end = self.api.trace_end(first.id, trace::READ_BYTES).await?;
+        let cut = end.len() >= trace::READ_BYTES;
+        Ok(EngineFailure {
+            error,
+            cause: Some(format!(
+                "log of job {}:\n{}",
                 first.name,
-                mapping::trace_tail(&trace, self.target.trace_tail_lines)
+                trace::tail(&end, self.target.trace_tail_lines, cut)
             )),
-            Err(e) => Some(format!(
-                "the trace of job {} could not be read: {e}",
-                first.name
+        })
+    }
+
+    /// The failure of a pipeline cancelled because a question was declined.
+    fn declined(job: &str, who: &str) -> EngineFailure {
+        EngineFailure {
+            error: format!("manual job {job} was declined"),
+            cause: Some(format!(
+                "declined by {who} through flowgate; the pipeline was cancelled for it"
             )),
-        };
-        EngineFailure { error, cause }
+        }
     }
 
     fn status_message(pipeline: &Pipeline, jobs: &[Job]) -> Option<String> {
+        let named = |status: &str| -> Vec<&str> {
+            jobs.iter()
+                .filter(|j| j.status == status)
+                .map(|j| j.name.as_str())
+                .collect()
+        };
+        if pipeline.status == "canceling" {
+            let cleaning = named("canceling");
+            return Some(if cleaning.is_empty() {
+                "canceling".to_owned()
+            } else {
+                format!("canceling: after_script of {} runs", cleaning.join(", "))
+            });
+        }
         let running: Vec<&Job> = jobs.iter().filter(|j| j.status == "running").collect();
         if let Some(first) = running.first() {
             let names: Vec<&str> = running.iter().map(|j| j.name.as_str()).collect();
@@ -225,12 +389,55 @@ impl GitLabEngine {
         if pipeline.status == "manual" && !manual.is_empty() {
             return Some(format!("waiting for manual job {}", manual.join(", ")));
         }
-        let pending: Vec<&str> = jobs
-            .iter()
-            .filter(|j| j.status == "pending")
-            .map(|j| j.name.as_str())
-            .collect();
-        (!pending.is_empty()).then(|| format!("pending {}", pending.join(", ")))
+        for (status, says) in [
+            ("waiting_for_resource", "waiting for a resource group:"),
+            ("preparing", "preparing"),
+            ("pending", "pending"),
+            ("scheduled", "scheduled"),
+        ] {
+            let names = named(status);
+            if !names.is_empty() {
+                return Some(format!("{says} {}", names.join(", ")));
+            }
+        }
+        None
+    }
+
+    /// The token's username (asked once).
+    async fn username(&self) -> Result<String, EngineError> {
+        if let Some(name) = self.username.get() {
+            return Ok(name.clone());
+        }
+        let name = self.api.user().await?.username;
+        Ok(self.username.get_or_init(|| name).clone())
+    }
+
+    /// What an answer plays the job with: each field as the job input or job variable the
+    /// question maps it to (by default a job input of its own name).
+    fn play_for(
+        question: &Question,
+        job: &Job,
+        fields: &Map<String, Value>,
+    ) -> Result<Play, EngineError> {
+        let mut play = Play::default();
+        let defaults = question.inputs.is_empty() && question.variables.is_empty();
+        for (field, value) in fields {
+            if let Some(input) = question.inputs.get(field) {
+                play.inputs.insert(input.clone(), value.clone());
+            } else if let Some(variable) = question.variables.get(field) {
+                play.variables
+                    .push((variable.clone(), mapping::unexpanded(&mapping::text(value))));
+            } else if defaults {
+                if !crate::config::valid_input(field) {
+                    return Err(Self::setup(format!(
+                        "answer field {field:?} cannot be a GitLab job input name; map it under questions.{}.inputs",
+                        job.name
+                    )));
+                }
+                play.inputs.insert(field.clone(), value.clone());
+            }
+        }
+        Ok(play)
     }
 }
 
@@ -253,66 +460,55 @@ impl Engine for GitLabEngine {
     }
 
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
-        let empty = Map::new();
-        let args = request.arguments.as_object().unwrap_or(&empty);
-        let git_ref = mapping::render(&self.target.git_ref, args)
-            .map_err(|n| Self::invalid(format!("ref needs the argument {n}")))?;
-        let inputs = match &self.target.inputs {
-            Some(t) => Some(
-                t.iter()
-                    .map(|(k, v)| {
-                        mapping::render_value(v, args)
-                            .map(|v| (k.clone(), v))
-                            .map_err(|n| Self::invalid(format!("input {k} needs the argument {n}")))
-                    })
-                    .collect::<Result<Map<String, Value>, _>>()?,
-            ),
-            None => None,
-        };
-        let mut variables = mapping::variables(
-            self.target.variables.as_ref(),
-            self.target.inputs.is_none(),
-            args,
-        )
-        .map_err(Self::invalid)?;
-        variables.retain(|(k, _)| !k.starts_with("FLOWGATE_"));
-        variables.push((KEY_VAR.into(), request.idempotency_key.to_string()));
-        variables.push((PRINCIPAL_VAR.into(), request.principal_digest.clone()));
-        variables.push((TOOL_VAR.into(), request.tool.clone()));
+        let args = &request.arguments;
+        let git_ref = self.target.git_ref.render(args).ok_or_else(|| {
+            Self::invalid(format!(
+                "ref {} needs arguments this call leaves out: {}",
+                self.target.git_ref,
+                self.target
+                    .git_ref
+                    .arguments()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let name = naming::call_name(&request);
+        let inputs = self.inputs(args, &name)?;
+        let mut variables = mapping::variables(self.target.variables.as_ref(), args);
+        if let Some(key) = &self.target.key_variable {
+            variables.push((key.clone(), name.clone()));
+        }
 
         // Exactly once: an earlier attempt of this call may have created the pipeline and
-        // lost the answer; find it before creating another.
-        if let Some(p) = self
-            .find_by_key(&git_ref, request.idempotency_key.as_str())
-            .await?
-        {
+        // lost the answer; find it by its name before creating another.
+        if let Some(p) = self.find(&git_ref, &name).await? {
             return Ok(Started {
                 execution: ExecutionRef(p.id.to_string()),
                 created_at: p.created_at,
             });
         }
+        let new = NewPipeline {
+            git_ref,
+            inputs,
+            variables,
+        };
         let p = self
             .api
-            .create(
-                &git_ref,
-                &variables,
-                inputs.as_ref(),
-                self.trigger_token.as_ref(),
-            )
+            .create(&new, self.trigger_token.as_ref())
             .await
-            .map_err(|e| match e {
-                // GitLab answers 404 alike for a missing project, one the token cannot see,
-                // and a wrong trigger token: for a start that is a permission problem, not a
-                // missing task.
-                EngineError::NotFound { what, .. } => EngineError::Denied {
-                    engine: KIND,
-                    message: format!(
-                        "{what} (the project {} does not exist or the token cannot run its pipelines)",
-                        self.target.project
-                    ),
-                },
-                other => other,
-            })?;
+            .map_err(|e| self.refused(e))?;
+        if p.name.as_deref() != Some(name.as_str()) {
+            let carrier = match &self.target.key_variable {
+                Some(v) => format!("${v}"),
+                None => format!("$[[ inputs.{} ]]", self.target.key_input),
+            };
+            tracing::warn!(
+                project = %self.target.project,
+                pipeline = p.id,
+                "the pipeline's name is not the call's: its workflow:name must be exactly {carrier}, \
+                 or a start retried after a lost answer cannot find it (and starts another)"
+            );
+        }
         Ok(Started {
             execution: ExecutionRef(p.id.to_string()),
             created_at: p.created_at,
@@ -321,10 +517,27 @@ impl Engine for GitLabEngine {
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         let id = Self::pipeline_id(execution)?;
+        if let Some(record) = self.finished.get(id) {
+            return Ok(record);
+        }
         self.api.http.rate_limits().note_poll(&execution.0);
         let pipeline = self.api.pipeline(id).await?;
         let jobs = self.api.jobs(id).await?;
         let mut state = mapping::state(&pipeline.status);
+        // GitLab's composite status goes back to `pending`, `preparing`,
+        // `waiting_for_resource` or `scheduled` between jobs; once a job has run the
+        // pipeline is working, never submitted again (the job list, read after the pipeline,
+        // may be the first to show it).
+        let started = pipeline.started_at.is_some()
+            || jobs.iter().any(|j| {
+                matches!(
+                    j.status.as_str(),
+                    "running" | "success" | "failed" | "canceling" | "canceled"
+                )
+            });
+        if state == TaskState::Submitted && started {
+            state = TaskState::Working;
+        }
         let mut record = ExecutionRecord::new(state, pipeline.status.clone(), pipeline.created_at);
         record.updated_at = pipeline
             .updated_at
@@ -332,6 +545,11 @@ impl Engine for GitLabEngine {
             .max(pipeline.created_at);
         record.console_url = pipeline.web_url.clone();
         record.status_message = Self::status_message(&pipeline, &jobs);
+        let declined = pipeline
+            .name
+            .as_deref()
+            .and_then(naming::parse)
+            .and_then(|m| m.declined);
         match state {
             TaskState::Working => {
                 record.input_requests = self
@@ -343,21 +561,30 @@ impl Engine for GitLabEngine {
                         requested_schema: q.requested_schema.clone(),
                     })
                     .collect();
-                if !record.input_requests.is_empty() {
+                if !record.input_requests.is_empty() && pipeline.status != "canceling" {
                     state = TaskState::InputRequired;
+                } else {
+                    record.input_requests.clear();
                 }
             }
-            TaskState::Completed => match self.output(&pipeline, &jobs).await {
+            TaskState::Completed => match self.output(&pipeline, &jobs).await? {
                 Ok(output) => record.output = Some(output),
                 Err(failure) => {
                     state = TaskState::Failed;
                     record.failure = Some(failure);
                 }
             },
-            TaskState::Failed => record.failure = Some(self.failure(&jobs).await),
+            TaskState::Failed => record.failure = Some(self.failure(&pipeline, &jobs).await?),
+            TaskState::Cancelled => {
+                if let Some((job, who)) = declined {
+                    state = TaskState::Failed;
+                    record.failure = Some(Self::declined(job, who));
+                }
+            }
             _ => {}
         }
         record.state = state;
+        self.finished.keep(id, &record);
         Ok(record)
     }
 
@@ -386,33 +613,40 @@ impl Engine for GitLabEngine {
             Action::Accept => {
                 let content = response.content.unwrap_or(Value::Null);
                 let fields = content.as_object().cloned().unwrap_or_default();
-                let mut vars = Vec::new();
-                for (field, value) in &fields {
-                    let name = match question.variables.get(field) {
-                        Some(v) => v.clone(),
-                        None if question.variables.is_empty() => field.clone(),
-                        None => continue,
-                    };
-                    if !crate::config::valid_variable(&name) {
-                        return Err(Self::invalid(format!(
-                            "answer field {field:?} cannot be a GitLab variable name; map it under questions.{}.variables",
-                            job.name
-                        )));
-                    }
-                    let text = match value {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    vars.push((name, text));
-                }
-                match self.api.play(job.id, &vars).await {
+                let play = Self::play_for(question, job, &fields)?;
+                match self.api.play(job.id, &play).await {
                     // Played by someone else in between: the question is gone.
-                    Err(EngineError::InvalidInput { .. }) => Err(not_asked()),
+                    Err(EngineError::InvalidInput { message, .. })
+                        if message.contains("Unplayable Job") =>
+                    {
+                        Err(not_asked())
+                    }
+                    Err(EngineError::Denied { message, .. }) if !play.variables.is_empty() => {
+                        Err(Self::setup(format!(
+                            "{message}: playing {} with job variables needs pipeline variables allowed for the \
+                             token's role (the project's ci_pipeline_variables_minimum_override_role); map the \
+                             answer under questions.{}.inputs as job inputs instead (GitLab 18.10+)",
+                            job.name, job.name
+                        )))
+                    }
                     other => other,
                 }
             }
             Action::Decline | Action::Cancel => match question.on_decline {
-                OnDecline::Cancel => self.api.cancel(id).await,
+                OnDecline::Cancel => {
+                    // Recorded in GitLab first (any server process reads it there), then the
+                    // pipeline is cancelled for it.
+                    if response.action == Action::Decline {
+                        let pipeline = self.api.pipeline(id).await?;
+                        let current = pipeline.name.unwrap_or_default();
+                        let who = self.username().await?;
+                        let name = naming::declined_name(&current, &job.name, &who);
+                        if name != current {
+                            self.api.rename(id, &name).await?;
+                        }
+                    }
+                    self.api.cancel(id).await
+                }
             },
         }
     }
@@ -425,25 +659,28 @@ impl Engine for GitLabEngine {
     async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
         let since = Utc::now() - chrono::Duration::days(30);
         let limit = filter.limit.unwrap_or(LIST_SCAN).min(LIST_SCAN);
+        let tag = filter.principal_digest.as_deref().map(principal_tag);
+        let fixed_ref = self
+            .target
+            .git_ref
+            .is_fixed()
+            .then(|| self.target.git_ref.source());
         let mut out = Vec::new();
-        for p in self.api.recent(None, since, LIST_SCAN).await? {
+        for p in self.api.recent(fixed_ref, since, LIST_SCAN).await? {
             if out.len() >= limit {
                 break;
             }
-            let vars = self.api.variables(p.id).await?;
-            let ours = vars.iter().any(|v| v.key == KEY_VAR);
-            let principal = vars
-                .iter()
-                .find(|v| v.key == PRINCIPAL_VAR)
-                .and_then(|v| v.value.as_deref());
-            let wanted = filter
-                .principal_digest
-                .as_deref()
-                .is_none_or(|d| principal == Some(d));
-            if ours && wanted {
+            let Some(marked) = p.name.as_deref().and_then(naming::parse) else {
+                continue;
+            };
+            if tag.as_deref().is_none_or(|t| t == marked.principal_tag) {
+                let mut state = mapping::state(&p.status);
+                if state == TaskState::Cancelled && marked.declined.is_some() {
+                    state = TaskState::Failed;
+                }
                 out.push(ExecutionSummary {
                     execution: ExecutionRef(p.id.to_string()),
-                    state: mapping::state(&p.status),
+                    state,
                     created_at: p.created_at,
                 });
             }

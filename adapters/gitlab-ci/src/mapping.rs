@@ -3,21 +3,22 @@
 use std::collections::BTreeMap;
 
 use flowgate_core::TaskState;
+use flowgate_core::template::Template;
 use serde_json::{Map, Value};
 
-use crate::config::valid_variable;
-
 /// Maps a pipeline status onto the task model. `manual` is working here; the engine raises it
-/// to input_required when a job the manifest names waits. Unknown statuses are never guessed.
+/// to input_required when a job the manifest names waits. `canceling` is still working: the
+/// runner runs the cancelled jobs' `after_script` (up to five minutes) before `canceled`.
+/// Unknown statuses are never guessed.
 pub(crate) fn state(status: &str) -> TaskState {
     match status {
         "created" | "waiting_for_resource" | "preparing" | "pending" | "scheduled" => {
             TaskState::Submitted
         }
-        "running" | "manual" => TaskState::Working,
+        "running" | "manual" | "canceling" => TaskState::Working,
         "success" | "skipped" => TaskState::Completed,
         "failed" => TaskState::Failed,
-        "canceled" | "canceling" => TaskState::Cancelled,
+        "canceled" => TaskState::Cancelled,
         other => {
             tracing::warn!(
                 status = other,
@@ -29,118 +30,32 @@ pub(crate) fn state(status: &str) -> TaskState {
 }
 
 /// The text of an argument for a variable: strings as they are, anything else as JSON.
-fn text(v: &Value) -> String {
+pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
 }
 
-/// Replaces each `{{name}}` (spaces allowed) with the argument `name`.
-///
-/// # Errors
-/// The name of an argument the template uses that the call does not have.
-pub(crate) fn render(template: &str, args: &Map<String, Value>) -> Result<String, String> {
-    let mut out = String::new();
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else {
-            out.push_str(&rest[start..]);
-            return Ok(out);
-        };
-        let name = after[..end].trim();
-        match args.get(name) {
-            Some(v) if !v.is_null() => out.push_str(&text(v)),
-            _ => return Err(name.to_owned()),
-        }
-        rest = &after[end + 2..];
-    }
-    out.push_str(rest);
-    Ok(out)
+/// A variable's value as sent, so that the job sees `value` itself: GitLab has no raw flag for
+/// pipeline or job variables given through the API, and the runner expands `$NAME`, `${NAME}`
+/// and `$$` in them (Go's `os.Expand`); a doubled `$` comes out as one.
+pub(crate) fn unexpanded(value: &str) -> String {
+    value.replace('$', "$$")
 }
 
-/// A template that is exactly one `{{name}}` keeps the argument's JSON value.
-pub(crate) fn render_value(template: &str, args: &Map<String, Value>) -> Result<Value, String> {
-    let t = template.trim();
-    if let Some(name) = t.strip_prefix("{{").and_then(|r| r.strip_suffix("}}"))
-        && !name.contains("{{")
-    {
-        let name = name.trim();
-        return args
-            .get(name)
-            .filter(|v| !v.is_null())
-            .cloned()
-            .ok_or_else(|| name.to_owned());
-    }
-    render(template, args).map(Value::String)
-}
-
-/// The variables of a call: the manifest's templates, or every scalar argument by its name.
+/// The pipeline variables of a call: the manifest's templates only (none without them), each
+/// value [`unexpanded`]; a template whose argument the call leaves out (without a schema
+/// default) sends nothing, so the pipeline's own value applies.
 pub(crate) fn variables(
-    templates: Option<&BTreeMap<String, String>>,
-    use_defaults: bool,
-    args: &Map<String, Value>,
-) -> Result<Vec<(String, String)>, String> {
-    match templates {
-        Some(t) => t
-            .iter()
-            .map(|(k, v)| {
-                render(v, args)
-                    .map(|v| (k.clone(), v))
-                    .map_err(|n| format!("variable {k} needs the argument {n}"))
-            })
-            .collect(),
-        None if use_defaults => args
-            .iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| {
-                if valid_variable(k) {
-                    Ok((k.clone(), text(v)))
-                } else {
-                    Err(format!(
-                        "argument {k:?} cannot be a GitLab variable name (letters, digits, _); map it under target.variables"
-                    ))
-                }
-            })
-            .collect(),
-        None => Ok(Vec::new()),
-    }
-}
-
-/// The last `lines` lines of a job trace, without ANSI colours and section markers.
-pub(crate) fn trace_tail(trace: &str, lines: usize) -> String {
-    let clean: Vec<String> = trace
-        .lines()
-        .map(|l| {
-            let l = l.rsplit('\r').next().unwrap_or(l);
-            strip_ansi(l)
-        })
-        .filter(|l| !l.starts_with("section_start:") && !l.starts_with("section_end:"))
-        .collect();
-    let from = clean.len().saturating_sub(lines);
-    clean[from..].join("\n")
-}
-
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            if chars.peek() == Some(&'[') {
-                chars.next();
-                for c in chars.by_ref() {
-                    if c.is_ascii_alphabetic() {
-                        break;
-                    }
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    templates: Option<&BTreeMap<String, Template>>,
+    args: &Value,
+) -> Vec<(String, String)> {
+    templates
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, t)| t.render(args).map(|v| (k.clone(), unexpanded(&v))))
+        .collect()
 }
 
 /// `KEY=value` lines (GitLab's dotenv report format: no `export`, quotes kept as written
@@ -184,7 +99,7 @@ mod tests {
             ("skipped", TaskState::Completed),
             ("failed", TaskState::Failed),
             ("canceled", TaskState::Cancelled),
-            ("canceling", TaskState::Cancelled),
+            ("canceling", TaskState::Working),
             ("exploded", TaskState::Unknown),
         ];
         for (s, want) in table {
@@ -193,31 +108,33 @@ mod tests {
     }
 
     #[test]
-    fn templates_and_variables() {
-        let args = json!({"tenant": "acme", "n": 3, "dry": true});
-        let args = args.as_object().expect("o");
+    fn variables_are_unexpanded_and_left_out_arguments_unset() {
+        let schema = json!({"properties": {"tenant": {}, "note": {}, "tier": {"default": "gold"}}});
+        let bind = |s: &str| {
+            Template::parse(s)
+                .and_then(|t| t.bind(schema.as_object().expect("o")))
+                .expect("template")
+        };
+        let templates: BTreeMap<String, Template> = [
+            ("PRICE".to_owned(), bind("{tenant} costs $5 and $$")),
+            ("NOTE".to_owned(), bind("{note}")),
+            ("TIER".to_owned(), bind("{tier}")),
+        ]
+        .into();
+        let args = json!({"tenant": "acme"});
         assert_eq!(
-            render("deploy/{{ tenant }}", args).as_deref(),
-            Ok("deploy/acme")
+            variables(Some(&templates), &args),
+            vec![
+                ("PRICE".to_owned(), "acme costs $$5 and $$$$".to_owned()),
+                ("TIER".to_owned(), "gold".to_owned()),
+            ],
+            "NOTE is left out: the pipeline's own value applies"
         );
-        assert_eq!(render("{{missing}}", args), Err("missing".to_owned()));
-        assert_eq!(render_value("{{n}}", args), Ok(json!(3)));
-        assert_eq!(render_value("n={{n}}", args), Ok(json!("n=3")));
-        let vars = variables(None, true, args).expect("vars");
-        assert!(vars.contains(&("dry".to_owned(), "true".to_owned())));
-        let bad = json!({"a-b": 1});
-        assert!(variables(None, true, bad.as_object().expect("o")).is_err());
-        assert!(
-            variables(None, false, bad.as_object().expect("o"))
-                .expect("none")
-                .is_empty()
-        );
+        assert!(variables(None, &args).is_empty());
     }
 
     #[test]
-    fn traces_and_dotenv() {
-        let trace = "section_start:1:x\r\u{1b}[0Kstart\n\u{1b}[31;1mred\u{1b}[0;m\nERROR: Job failed: exit code 3\n";
-        assert_eq!(trace_tail(trace, 2), "red\nERROR: Job failed: exit code 3");
+    fn dotenv_files() {
         assert_eq!(
             dotenv("# c\nA=1\nB=\"two words\"\n\nC='x'\n"),
             json!({"A": "1", "B": "two words", "C": "x"})

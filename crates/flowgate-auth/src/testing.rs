@@ -7,12 +7,16 @@
 //! [`FakeIssuer::jwks_url`].
 //!
 //! Shortcuts (it is a key publisher, not a full OAuth server; tests/fakes/oidc runs a real one):
-//! no token endpoint, so tests sign tokens directly; no `Cache-Control` on the JWKS. The key set
-//! can be replaced while it runs ([`FakeIssuer::set_keys`], for rotation), and it counts JWKS
-//! fetches ([`FakeIssuer::fetches`]) so refresh bounds can be checked.
+//! no token endpoint, so tests sign tokens directly; no `Cache-Control` on the JWKS; only the
+//! RFC 8414 metadata location (no OpenID discovery document). The key set can be replaced
+//! while it runs ([`FakeIssuer::set_keys`], for rotation), it can fail like an issuer in an
+//! outage ([`FakeIssuer::set_failing`]: 503 on the metadata and the JWKS), its metadata can
+//! name another issuer ([`FakeIssuer::set_metadata_issuer`]), it can live under a path
+//! ([`FakeIssuer::publishing_at`]), and it counts requests ([`FakeIssuer::fetches`],
+//! [`FakeIssuer::discoveries`]) so refresh bounds can be checked.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -92,13 +96,31 @@ impl SigningKey {
         }
     }
 
-    /// `claims` as a JWT signed with this key (header `alg` and `kid` set, `typ` JWT).
+    /// `claims` as a JWT signed with this key (header `alg` and `kid` set, `typ` JWT): what
+    /// an ID token or an untyped access token looks like.
     ///
     /// # Panics
     /// When signing fails.
     pub fn sign(&self, claims: &Value) -> String {
+        self.sign_typed("JWT", claims)
+    }
+
+    /// `claims` as an RFC 9068 access token signed with this key (`typ: at+jwt`).
+    ///
+    /// # Panics
+    /// When signing fails.
+    pub fn sign_access_token(&self, claims: &Value) -> String {
+        self.sign_typed("at+jwt", claims)
+    }
+
+    /// `claims` signed with this key under header `typ` (`logout+jwt`, `application/at+jwt`...).
+    ///
+    /// # Panics
+    /// When signing fails.
+    pub fn sign_typed(&self, typ: &str, claims: &Value) -> String {
         let mut header = Header::new(self.alg);
         header.kid = Some(self.kid.clone());
+        header.typ = Some(typ.to_owned());
         self.sign_with(header, claims)
     }
 
@@ -146,7 +168,20 @@ fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
 #[derive(Default)]
 struct Shared {
     jwks: Mutex<Value>,
+    metadata: Mutex<Value>,
+    failing: AtomicBool,
     fetches: AtomicUsize,
+    discoveries: AtomicUsize,
+}
+
+/// 503, as an issuer in an outage answers.
+fn outage() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "temporarily unavailable",
+    )
+        .into_response()
 }
 
 /// A running fake issuer; stopped on drop.
@@ -169,7 +204,7 @@ impl FakeIssuer {
             SigningKey::rs256("fake-rs256"),
         ];
         let jwks = keys.iter().map(|k| k.jwk.clone()).collect();
-        FakeIssuer::serve(jwks, keys).await
+        FakeIssuer::serve("", jwks, keys).await
     }
 
     /// Starts an issuer that only publishes `jwks` (the caller keeps the [`SigningKey`]s and
@@ -178,38 +213,55 @@ impl FakeIssuer {
     /// # Panics
     /// When it cannot bind.
     pub async fn publishing(jwks: Vec<Value>) -> Self {
-        FakeIssuer::serve(jwks, Vec::new()).await
+        FakeIssuer::serve("", jwks, Vec::new()).await
     }
 
-    async fn serve(jwks: Vec<Value>, keys: Vec<SigningKey>) -> Self {
+    /// As [`FakeIssuer::publishing`], for an issuer identifier with a path (`/tenant/a`):
+    /// its RFC 8414 metadata is at `/.well-known/oauth-authorization-server/tenant/a`.
+    ///
+    /// # Panics
+    /// When it cannot bind.
+    pub async fn publishing_at(path: &str, jwks: Vec<Value>) -> Self {
+        FakeIssuer::serve(path, jwks, Vec::new()).await
+    }
+
+    async fn serve(path: &str, jwks: Vec<Value>, keys: Vec<SigningKey>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1");
         let addr: SocketAddr = listener.local_addr().expect("local addr");
-        let issuer = format!("http://{addr}");
+        let origin = format!("http://{addr}");
+        let issuer = format!("{origin}{path}");
         let shared = Arc::new(Shared::default());
         *shared.jwks.lock().unwrap_or_else(|p| p.into_inner()) = json!({ "keys": jwks });
-        let meta = json!({
+        *shared.metadata.lock().unwrap_or_else(|p| p.into_inner()) = json!({
             "issuer": issuer,
-            "jwks_uri": format!("{issuer}/jwks"),
-            "token_endpoint": format!("{issuer}/token"),
+            "jwks_uri": format!("{origin}/jwks"),
+            "token_endpoint": format!("{origin}/token"),
             "response_types_supported": ["code"],
             "grant_types_supported": ["authorization_code", "client_credentials"],
         });
         let app = Router::new()
             .route(
-                "/.well-known/oauth-authorization-server",
-                get(move || {
-                    let meta = meta.clone();
-                    async move { axum::Json(meta) }
+                &format!("/.well-known/oauth-authorization-server{path}"),
+                get(|State(s): State<Arc<Shared>>| async move {
+                    s.discoveries.fetch_add(1, Ordering::SeqCst);
+                    if s.failing.load(Ordering::SeqCst) {
+                        return outage();
+                    }
+                    let meta = s.metadata.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    axum::response::IntoResponse::into_response(axum::Json(meta))
                 }),
             )
             .route(
                 "/jwks",
                 get(|State(s): State<Arc<Shared>>| async move {
                     s.fetches.fetch_add(1, Ordering::SeqCst);
+                    if s.failing.load(Ordering::SeqCst) {
+                        return outage();
+                    }
                     let body = s.jwks.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                    axum::Json(body)
+                    axum::response::IntoResponse::into_response(axum::Json(body))
                 }),
             )
             .with_state(shared.clone());
@@ -229,9 +281,27 @@ impl FakeIssuer {
         *self.shared.jwks.lock().unwrap_or_else(|p| p.into_inner()) = json!({ "keys": jwks });
     }
 
-    /// How often the JWKS has been fetched.
+    /// Makes the metadata and the JWKS answer 503 (`true`) or serve again (`false`).
+    pub fn set_failing(&self, failing: bool) {
+        self.shared.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Makes the metadata document name `issuer` (a document for another issuer).
+    pub fn set_metadata_issuer(&self, issuer: &str) {
+        self.shared
+            .metadata
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())["issuer"] = json!(issuer);
+    }
+
+    /// How often the JWKS has been asked for (served or failed).
     pub fn fetches(&self) -> usize {
         self.shared.fetches.load(Ordering::SeqCst)
+    }
+
+    /// How often the metadata document has been asked for (served or failed).
+    pub fn discoveries(&self) -> usize {
+        self.shared.discoveries.load(Ordering::SeqCst)
     }
 
     /// Where the key set is served.
@@ -316,6 +386,86 @@ impl FakeIssuer {
             .iter()
             .find(|k| k.alg == alg)
             .unwrap_or_else(|| panic!("the fake issuer has no {alg:?} key"))
+    }
+}
+
+/// A relay in front of a real issuer's JWKS (`/jwks` answers what the upstream URL serves),
+/// that can fail like an issuer in an outage ([`JwksRelay::set_failing`]: 503) and counts the
+/// requests it gets: for end-to-end tests of key-set outages against a real provider.
+pub struct JwksRelay {
+    /// Where the relayed key set is served (`http://127.0.0.1:port/jwks`).
+    pub url: String,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl JwksRelay {
+    /// Relays `upstream` (a JWKS URL).
+    ///
+    /// # Panics
+    /// When it cannot bind or build its HTTP client.
+    pub async fn start(upstream: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let addr: SocketAddr = listener.local_addr().expect("local addr");
+        let shared = Arc::new(Shared::default());
+        let http = flowgate_http::HttpClient::new("relay", &flowgate_http::HttpConfig::default())
+            .expect("HTTP client");
+        let upstream = upstream.to_owned();
+        let app = Router::new()
+            .route(
+                "/jwks",
+                get(move |State(s): State<Arc<Shared>>| {
+                    let (http, upstream) = (http.clone(), upstream.clone());
+                    async move {
+                        s.fetches.fetch_add(1, Ordering::SeqCst);
+                        if s.failing.load(Ordering::SeqCst) {
+                            return outage();
+                        }
+                        let request = http.request(flowgate_http::Method::GET, &upstream);
+                        match http.json::<Value>(request, "relay JWKS").await {
+                            Ok(body) => {
+                                axum::response::IntoResponse::into_response(axum::Json(body))
+                            }
+                            Err(_) => outage(),
+                        }
+                    }
+                }),
+            )
+            .with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        JwksRelay {
+            url: format!("http://{addr}/jwks"),
+            shared,
+            task,
+        }
+    }
+
+    /// Makes the relay answer 503 (`true`) or relay again (`false`).
+    pub fn set_failing(&self, failing: bool) {
+        self.shared.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// How many requests it has had (relayed or failed).
+    pub fn requests(&self) -> usize {
+        self.shared.fetches.load(Ordering::SeqCst)
+    }
+}
+
+impl std::fmt::Debug for JwksRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwksRelay")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for JwksRelay {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

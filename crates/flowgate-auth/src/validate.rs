@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::Principal;
 use crate::jwks::KeySet;
@@ -27,6 +28,8 @@ pub struct ValidatorConfig {
     pub issuer_aliases: Vec<String>,
     /// Which claim names the caller within the issuer.
     pub subject: SubjectClaim,
+    /// Which JWTs are the credential: typed access tokens unless configured otherwise.
+    pub token_kind: TokenKind,
 }
 
 /// The claim that becomes [`Principal::subject`].
@@ -35,9 +38,34 @@ pub enum SubjectClaim {
     /// `sub` (OAuth access tokens, RFC 9068).
     #[default]
     Sub,
-    /// `email` when the token carries one, else `sub`: Google ID tokens and IAP assertions,
-    /// whose email is what IAM policies and people name the caller by.
-    EmailOrSub,
+    /// `email` when the token says it is verified (`email_verified: true`, OpenID Connect Core
+    /// 1.0 §5.1), else `sub`: Google ID tokens. An unverified email is a name anyone could
+    /// have typed into an account, so it never names a caller.
+    VerifiedEmailOrSub,
+    /// `email` unless the token says it is unverified (`email_verified: false`, at the top or
+    /// in the `gcip` claims of external identities), else `sub`: IAP assertions, whose
+    /// documented payload has no `email_verified` because the email is the identity IAP itself
+    /// signed in.
+    AssertedEmailOrSub,
+}
+
+/// Which JWTs a validator takes as the credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenKind {
+    /// RFC 9068 §4: an access token's header `typ` is `at+jwt` (or `application/at+jwt`, in
+    /// any case), and any other JWT is refused, so an ID token or a logout token the same
+    /// issuer signed is never taken for an access token.
+    #[default]
+    AccessToken,
+    /// For issuers that do not type their access tokens (Microsoft Entra ID, Amazon Cognito,
+    /// Keycloak): any header `typ` but another explicit token type, and still refusing what is
+    /// recognisably not an access token: an ID token's `nonce`, `at_hash`, `c_hash` or
+    /// `s_hash`, a logout or security event token's `events`, Cognito's `token_use` other than
+    /// `access`, and Keycloak's payload `typ` other than `Bearer`.
+    UntypedAccessToken,
+    /// The credential is an identity assertion, not an access token: Google ID tokens and IAP
+    /// assertions (`typ: JWT`).
+    IdentityAssertion,
 }
 
 impl ValidatorConfig {
@@ -55,6 +83,7 @@ impl ValidatorConfig {
             leeway: Duration::from_secs(60),
             issuer_aliases: Vec::new(),
             subject: SubjectClaim::Sub,
+            token_kind: TokenKind::AccessToken,
         }
     }
 }
@@ -89,9 +118,13 @@ pub enum AuthError {
     /// `sub`, `exp` or another required claim is missing.
     #[error("the access token lacks a required claim")]
     MissingClaim,
-    /// The issuer's keys could not be fetched (a 503 rather than a 401).
+    /// The issuer's keys could not be fetched and none are cached (a 503 rather than a 401).
     #[error("the issuer's signing keys are unavailable")]
     KeysUnavailable,
+    /// A JWT of the issuer that is not an access token (an ID token, a logout token): its
+    /// `typ` is not `at+jwt`, or it carries what only other tokens carry.
+    #[error("the token is not an access token")]
+    NotAnAccessToken,
 }
 
 /// A validated caller.
@@ -119,15 +152,119 @@ impl Authenticated {
     }
 }
 
+/// A validated caller with what identity tokens say about its email: for allow-lists that
+/// admit by email or domain (Google's modes).
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The caller.
+    pub caller: Authenticated,
+    /// The email that names the caller, when the token's email counts as verified under the
+    /// validator's [`SubjectClaim`] (then it is also the principal's subject).
+    pub verified_email: Option<String>,
+    /// Google's `hd`: the Google Workspace or Cloud Identity domain the account belongs to,
+    /// when Google sets it.
+    pub hosted_domain: Option<String>,
+}
+
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
     #[serde(default)]
     scope: Option<String>,
+    /// A list (RFC 9068 uses `scope`; some issuers send `scp` as a list), or a space-separated
+    /// string as Microsoft Entra ID sends it.
     #[serde(default)]
-    scp: Option<Vec<String>>,
+    scp: Option<Value>,
     #[serde(default)]
     email: Option<String>,
+    #[serde(default)]
+    email_verified: Option<Value>,
+    #[serde(default)]
+    hd: Option<String>,
+    /// IAP with external identities: the Identity Platform claims, `email_verified` among them.
+    #[serde(default)]
+    gcip: Option<Value>,
+    /// ID tokens only (OpenID Connect Core 1.0 §2, §3.1.3.6, §3.3.2.11; FAPI's `s_hash`).
+    #[serde(default)]
+    nonce: Option<Value>,
+    #[serde(default)]
+    at_hash: Option<Value>,
+    #[serde(default)]
+    c_hash: Option<Value>,
+    #[serde(default)]
+    s_hash: Option<Value>,
+    /// Logout tokens (OpenID Connect Back-Channel Logout 1.0 §2.4) and security event tokens
+    /// (RFC 8417).
+    #[serde(default)]
+    events: Option<Value>,
+    /// Amazon Cognito: `access` or `id`.
+    #[serde(default)]
+    token_use: Option<Value>,
+    /// Keycloak: `Bearer` for access tokens, `ID`, `Refresh`, `Logout` for the others.
+    #[serde(default)]
+    typ: Option<Value>,
+}
+
+impl Claims {
+    /// Whether the claims are recognisably those of a token other than an access token.
+    fn not_an_access_token(&self) -> bool {
+        let id_token_only = [&self.nonce, &self.at_hash, &self.c_hash, &self.s_hash];
+        id_token_only.iter().any(|c| c.is_some())
+            || self.events.is_some()
+            || self
+                .token_use
+                .as_ref()
+                .is_some_and(|u| u.as_str() != Some("access"))
+            || self
+                .typ
+                .as_ref()
+                .is_some_and(|t| !t.as_str().is_some_and(|t| t.eq_ignore_ascii_case("bearer")))
+    }
+
+    /// The email that names the caller under `rule`, if any.
+    fn naming_email(&self, rule: SubjectClaim) -> Option<&str> {
+        let email = self.email.as_deref().filter(|e| !e.is_empty())?;
+        let said = |v: &Option<Value>| match v {
+            None => None,
+            // Some issuers (Cognito among them) send the boolean as a string.
+            Some(Value::Bool(b)) => Some(*b),
+            Some(Value::String(s)) => Some(s == "true"),
+            Some(_) => Some(false),
+        };
+        match rule {
+            SubjectClaim::Sub => None,
+            SubjectClaim::VerifiedEmailOrSub => {
+                (said(&self.email_verified) == Some(true)).then_some(email)
+            }
+            SubjectClaim::AssertedEmailOrSub => {
+                let in_gcip = self
+                    .gcip
+                    .as_ref()
+                    .and_then(|g| g.get("email_verified").cloned());
+                let unverified =
+                    said(&self.email_verified) == Some(false) || said(&in_gcip) == Some(false);
+                (!unverified).then_some(email)
+            }
+        }
+    }
+}
+
+/// Whether a header `typ` is RFC 9068's: `at+jwt`, with or without `application/`, compared
+/// without regard to case (RFC 7515 §4.1.9 media types).
+fn is_access_token_type(typ: &str) -> bool {
+    let typ = typ.to_ascii_lowercase();
+    typ == "at+jwt" || typ == "application/at+jwt"
+}
+
+/// Whether a header `typ` is acceptable from an issuer that does not type access tokens:
+/// none, the generic `JWT`, or `at+jwt`; another explicit type (`logout+jwt`,
+/// `secevent+jwt`, ...) names some other token.
+fn is_untyped_or_access(typ: Option<&str>) -> bool {
+    typ.is_none_or(|t| {
+        let t = t.to_ascii_lowercase();
+        let t = t.strip_prefix("application/").unwrap_or(&t);
+        t == "jwt" || t == "at+jwt"
+    })
 }
 
 /// Validates tokens of one issuer for one resource.
@@ -156,10 +293,28 @@ impl TokenValidator {
     /// # Errors
     /// An [`AuthError`] naming the first check that failed.
     pub async fn validate(&self, token: &str) -> Result<Authenticated, AuthError> {
+        self.validate_identity(token).await.map(|id| id.caller)
+    }
+
+    /// Validates `token` like [`TokenValidator::validate`], also returning what it says of the
+    /// caller's email and domain.
+    ///
+    /// # Errors
+    /// An [`AuthError`] naming the first check that failed.
+    pub async fn validate_identity(&self, token: &str) -> Result<Identity, AuthError> {
         // `alg: none` does not even parse as an `Algorithm`: it is refused here.
         let header = decode_header(token).map_err(|_| AuthError::Algorithm)?;
         if !self.config.algorithms.contains(&header.alg) {
             return Err(AuthError::Algorithm);
+        }
+        let typ = header.typ.as_deref();
+        let typed_as_required = match self.config.token_kind {
+            TokenKind::AccessToken => typ.is_some_and(is_access_token_type),
+            TokenKind::UntypedAccessToken => is_untyped_or_access(typ),
+            TokenKind::IdentityAssertion => true,
+        };
+        if !typed_as_required {
+            return Err(AuthError::NotAnAccessToken);
         }
         let jwk = self
             .keys
@@ -185,6 +340,10 @@ impl TokenValidator {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         let data = decode::<Claims>(token, &key, &validation).map_err(classify)?;
         let claims = data.claims;
+        if self.config.token_kind == TokenKind::UntypedAccessToken && claims.not_an_access_token() {
+            return Err(AuthError::NotAnAccessToken);
+        }
+        let verified_email = claims.naming_email(self.config.subject).map(str::to_owned);
         let mut scopes: BTreeSet<String> = claims
             .scope
             .as_deref()
@@ -192,18 +351,25 @@ impl TokenValidator {
             .split_whitespace()
             .map(str::to_owned)
             .collect();
-        scopes.extend(claims.scp.unwrap_or_default());
-        let subject = match (self.config.subject, claims.email) {
-            (SubjectClaim::EmailOrSub, Some(email)) if !email.is_empty() => email,
-            _ => claims.sub,
-        };
-        Ok(Authenticated {
-            principal: Principal {
-                // `iss` matched the issuer or one of its aliases: name it by the issuer.
-                issuer: self.config.issuer.clone(),
-                subject,
+        match &claims.scp {
+            Some(Value::String(list)) => scopes.extend(list.split_whitespace().map(str::to_owned)),
+            Some(Value::Array(list)) => {
+                scopes.extend(list.iter().filter_map(Value::as_str).map(str::to_owned));
+            }
+            _ => {}
+        }
+        let subject = verified_email.clone().unwrap_or(claims.sub);
+        Ok(Identity {
+            caller: Authenticated {
+                principal: Principal {
+                    // `iss` matched the issuer or one of its aliases: name it by the issuer.
+                    issuer: self.config.issuer.clone(),
+                    subject,
+                },
+                scopes,
             },
-            scopes,
+            verified_email,
+            hosted_domain: claims.hd.filter(|d| !d.is_empty()),
         })
     }
 }

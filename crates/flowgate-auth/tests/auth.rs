@@ -9,8 +9,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use flowgate_auth::challenge::Refusal;
 use flowgate_auth::testing::{FakeIssuer, SigningKey};
 use flowgate_auth::{
-    AuthError, JwksSource, KeySet, ProtectedResourceMetadata, TokenValidator, ValidatorConfig,
-    www_authenticate,
+    AuthError, JwksSource, KeySet, ProtectedResourceMetadata, TokenKind, TokenValidator,
+    ValidatorConfig, www_authenticate,
 };
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
@@ -31,9 +31,10 @@ fn claims(issuer: &str, sub: &str) -> Value {
     })
 }
 
+/// An RFC 9068 access token (`typ: at+jwt`).
 fn sign(alg: Algorithm, key: &SigningKey, claims: &Value) -> String {
     assert_eq!(alg, key.alg, "a test signs with the key's own algorithm");
-    key.sign(claims)
+    key.sign_access_token(claims)
 }
 
 fn validator(issuer: &str, min_refresh: Duration) -> TokenValidator {
@@ -130,6 +131,7 @@ async fn valid_tokens_and_every_attack() {
     // RS256 header on the EC key's kid: the JWK's own `alg` disagrees.
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some(ec.kid.clone());
+    header.typ = Some("at+jwt".to_owned());
     let t = rsa.sign_with(header, &claims(&iss, "client-a"));
     assert_eq!(refused(v.validate(&t).await), AuthError::Algorithm);
 
@@ -286,8 +288,8 @@ fn challenges_and_resource_metadata() {
     assert_eq!(doc["bearer_methods_supported"][0], "header");
 }
 
-/// Google ID tokens: either spelling of Google's issuer is one issuer; the email names the
-/// caller; RS256 only.
+/// Google ID tokens: either spelling of Google's issuer is one issuer; the verified email names
+/// the caller; RS256 only.
 #[tokio::test]
 async fn google_id_tokens_and_iap_assertions() {
     use flowgate_auth::google;
@@ -309,6 +311,7 @@ async fn google_id_tokens_and_iap_assertions() {
             json!({"iss": iss, "aud": aud, "sub": "1122334455", "iat": now(), "exp": now() + 300});
         if let Some(e) = email {
             c["email"] = json!(e);
+            c["email_verified"] = json!(true);
         }
         key.sign(&c)
     };
@@ -346,19 +349,349 @@ async fn google_id_tokens_and_iap_assertions() {
         AuthError::Audience
     );
 
+    // OpenID Connect Core 5.1: an email names the caller only when it is verified.
+    let base = json!({"iss": google::ID_TOKEN_ISSUER, "aud": service, "sub": "77",
+        "iat": now(), "exp": now() + 300, "email": "alice@example.com", "hd": "example.com"});
+    for (verified, names) in [
+        (json!(true), "alice@example.com"),
+        (json!("true"), "alice@example.com"),
+        (json!(false), "77"),
+        (json!("false"), "77"),
+        (Value::Null, "77"),
+        (json!(1), "77"),
+    ] {
+        let mut c = base.clone();
+        if !verified.is_null() {
+            c["email_verified"] = verified.clone();
+        }
+        let who = v
+            .validate_identity(&rsa.sign(&c))
+            .await
+            .expect("valid token");
+        assert_eq!(
+            who.caller.principal.subject, names,
+            "email_verified {verified}"
+        );
+        assert_eq!(
+            who.verified_email.is_some(),
+            names.contains('@'),
+            "{verified}"
+        );
+        assert_eq!(who.hosted_domain.as_deref(), Some("example.com"));
+    }
+
     let aud = "/projects/1/global/backendServices/2";
     let iap = TokenValidator::new(google::iap_config(aud), keys());
-    let who = iap
-        .validate(&token(
-            &ec,
-            google::IAP_ISSUER,
-            aud,
-            Some("person@example.com"),
-        ))
-        .await
-        .expect("IAP");
+    // IAP's payload has no email_verified: its email is the identity IAP signed in.
+    let assertion = |extra: Value| {
+        let mut c = json!({"iss": google::IAP_ISSUER, "aud": aud, "sub": "accounts.google.com:9",
+            "iat": now(), "exp": now() + 300, "email": "person@example.com"});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            c[k] = v.clone();
+        }
+        ec.sign(&c)
+    };
+    let who = iap.validate(&assertion(json!({}))).await.expect("IAP");
     assert_eq!(who.principal.issuer, google::IAP_ISSUER);
     assert_eq!(who.principal.subject, "person@example.com");
+    // ...unless it says otherwise (external identities carry Identity Platform's claims).
+    for unverified in [
+        json!({"email_verified": false}),
+        json!({"gcip": {"email_verified": false}}),
+    ] {
+        let who = iap
+            .validate(&assertion(unverified.clone()))
+            .await
+            .expect("IAP");
+        assert_eq!(
+            who.principal.subject, "accounts.google.com:9",
+            "{unverified}"
+        );
+    }
     let id_token_as_iap = token(&rsa, google::ID_TOKEN_ISSUER, aud, Some("a@b.c"));
     assert!(iap.validate(&id_token_as_iap).await.is_err());
+}
+
+fn validator_of(config: ValidatorConfig, min_refresh: Duration) -> TokenValidator {
+    let keys = KeySet::new(
+        JwksSource::Discover {
+            issuer: config.issuer.clone(),
+        },
+        min_refresh,
+        Duration::from_secs(3600),
+    )
+    .expect("key set");
+    TokenValidator::new(config, keys)
+}
+
+/// RFC 9068 §4: only a JWT typed `at+jwt` is an access token; an issuer that does not type its
+/// access tokens can be accepted explicitly, and even then its ID and logout tokens are not.
+#[tokio::test]
+async fn only_access_tokens_are_access_tokens() {
+    let ec = SigningKey::es256("ec-typ");
+    let fake = FakeIssuer::publishing(vec![ec.jwk.clone()]).await;
+    let iss = fake.issuer.clone();
+    let strict = validator(&iss, Duration::from_secs(30));
+    let mut untyped_config = ValidatorConfig::new(&iss, RESOURCE);
+    untyped_config.token_kind = TokenKind::UntypedAccessToken;
+    let untyped = validator_of(untyped_config, Duration::from_secs(30));
+    let untyped_header = |typ: Option<&str>, c: &Value| {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(ec.kid.clone());
+        header.typ = typ.map(str::to_owned);
+        ec.sign_with(header, c)
+    };
+    let access = claims(&iss, "client-a");
+    let with = |extra: Value| {
+        let mut c = claims(&iss, "client-a");
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            c[k] = v.clone();
+        }
+        c
+    };
+
+    for typ in [
+        "at+jwt",
+        "application/at+jwt",
+        "AT+JWT",
+        "Application/At+Jwt",
+    ] {
+        strict
+            .validate(&ec.sign_typed(typ, &access))
+            .await
+            .unwrap_or_else(|e| panic!("{typ}: {e}"));
+    }
+    // The same issuer, the same key, the right audience: still not access tokens.
+    let id_token = with(json!({"nonce": "n-0S6_WzA2Mj", "at_hash": "77QmUPtjPfzWtF2AnpK9RQ"}));
+    let logout =
+        with(json!({"events": {"http://schemas.openid.net/event/backchannel-logout": {}}}));
+    for (what, token) in [
+        ("typ JWT", ec.sign(&access)),
+        ("no typ", untyped_header(None, &access)),
+        ("an ID token", ec.sign(&id_token)),
+        ("a logout token", ec.sign_typed("logout+jwt", &logout)),
+        ("a JWT-typed logout token", ec.sign(&logout)),
+        (
+            "at+jwt in a parameter",
+            ec.sign_typed("at+jwt; x=y", &access),
+        ),
+    ] {
+        assert_eq!(
+            strict.validate(&token).await.expect_err(what),
+            AuthError::NotAnAccessToken,
+            "{what}"
+        );
+    }
+
+    // Untyped mode (Entra ID, Cognito, Keycloak): JWT or no typ passes...
+    for token in [
+        ec.sign(&access),
+        untyped_header(None, &access),
+        ec.sign_access_token(&access),
+        ec.sign(&with(json!({"token_use": "access"}))),
+        ec.sign(&with(json!({"typ": "Bearer"}))),
+    ] {
+        untyped
+            .validate(&token)
+            .await
+            .expect("an untyped access token");
+    }
+    // ...with Entra ID's `scp`, a space-separated string.
+    let entra = untyped
+        .validate(&ec.sign(&with(json!({"scope": null, "scp": "jobs.run deploy"}))))
+        .await
+        .expect("Entra ID scp");
+    assert!(entra.has_all(&["jobs.run".to_owned(), "deploy".to_owned()]));
+    // ...but what is recognisably another token is refused.
+    for (what, token) in [
+        (
+            "an ID token's nonce",
+            ec.sign(&with(json!({"nonce": "abc"}))),
+        ),
+        (
+            "an ID token's at_hash",
+            ec.sign(&with(json!({"at_hash": "x"}))),
+        ),
+        (
+            "an ID token's c_hash",
+            ec.sign(&with(json!({"c_hash": "x"}))),
+        ),
+        (
+            "Cognito's ID token",
+            ec.sign(&with(json!({"token_use": "id"}))),
+        ),
+        ("Keycloak's ID token", ec.sign(&with(json!({"typ": "ID"})))),
+        (
+            "Keycloak's refresh token",
+            ec.sign(&with(json!({"typ": "Refresh"}))),
+        ),
+        ("a logout token", ec.sign(&logout)),
+        ("logout+jwt", ec.sign_typed("logout+jwt", &access)),
+        (
+            "secevent+jwt",
+            ec.sign_typed("application/secevent+jwt", &access),
+        ),
+    ] {
+        assert_eq!(
+            untyped.validate(&token).await.expect_err(what),
+            AuthError::NotAnAccessToken,
+            "{what}"
+        );
+    }
+    assert_eq!(
+        AuthError::NotAnAccessToken.to_string(),
+        "the token is not an access token"
+    );
+}
+
+/// Wait for `check` to hold, up to 20 s.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// While the issuer is down: one attempt per interval (doubling), not one per request; cached
+/// keys keep serving, and an unknown kid is a 401 (UnknownKey), not a 503.
+#[tokio::test]
+async fn an_issuer_in_an_outage_is_asked_once_per_interval() {
+    let ec = SigningKey::es256("ec-outage");
+    let fake = FakeIssuer::publishing(vec![ec.jwk.clone()]).await;
+    let iss = fake.issuer.clone();
+    let good = sign(Algorithm::ES256, &ec, &claims(&iss, "a"));
+    let ghost = |i: usize| {
+        sign(
+            Algorithm::ES256,
+            &SigningKey::es256(&format!("ghost-{i}")),
+            &claims(&iss, "a"),
+        )
+    };
+
+    // Down from the start: the first request tries, the next ones within the interval do not.
+    fake.set_failing(true);
+    let patient = validator(&iss, Duration::from_secs(3600));
+    for _ in 0..30 {
+        assert_eq!(
+            patient.validate(&good).await.expect_err("down"),
+            AuthError::KeysUnavailable
+        );
+    }
+    assert_eq!(fake.discoveries(), 1, "one attempt for 30 requests");
+    assert_eq!(fake.fetches(), 0);
+
+    // With a short interval, attempts are spaced by it and then by its doubles.
+    let interval = Duration::from_millis(200);
+    let quick = validator(&iss, interval);
+    let before = fake.discoveries();
+    let started = std::time::Instant::now();
+    let mut requests = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(
+            quick.validate(&good).await.expect_err("down"),
+            AuthError::KeysUnavailable
+        );
+        requests += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let attempts = fake.discoveries() - before;
+    // 0, 0.2, 0.6, 1.4 s: at most 4 attempts in 1.5 s (one per interval would be 8).
+    assert!(
+        (1..=4).contains(&attempts),
+        "{attempts} attempts for {requests} requests"
+    );
+    // Back up: served again once the next attempt is due.
+    fake.set_failing(false);
+    eventually("the issuer's recovery is noticed", async || {
+        quick.validate(&good).await.is_ok()
+    })
+    .await;
+
+    // Keys cached, issuer down again: known kids validate, unknown ones are refused as
+    // unknown, and the attempts to refresh stay one per interval.
+    fake.set_failing(true);
+    let fetches = fake.fetches() + fake.discoveries();
+    tokio::time::sleep(interval * 2).await;
+    for i in 0..20 {
+        quick.validate(&good).await.expect("a cached key");
+        assert_eq!(
+            quick.validate(&ghost(i)).await.expect_err("unknown kid"),
+            AuthError::UnknownKey
+        );
+    }
+    let attempts = fake.fetches() + fake.discoveries() - fetches;
+    assert!(
+        (1..=2).contains(&attempts),
+        "{attempts} requests to the issuer for 20 unknown kids"
+    );
+
+    // Keys past their age while the issuer is down: still in service.
+    fake.set_failing(false);
+    let aging = TokenValidator::new(
+        ValidatorConfig::new(&iss, RESOURCE),
+        KeySet::new(
+            JwksSource::Url(fake.jwks_url()),
+            Duration::from_millis(50),
+            Duration::from_millis(100),
+        )
+        .expect("keys"),
+    );
+    aging.validate(&good).await.expect("fresh keys");
+    fake.set_failing(true);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    aging.validate(&good).await.expect("stale keys still serve");
+}
+
+/// The issuer is a URL (RFC 3986), its metadata is where RFC 8414 puts it, and a metadata
+/// document for another issuer is not taken.
+#[tokio::test]
+async fn issuer_urls_are_parsed_and_their_metadata_must_name_them() {
+    for bad in [
+        "http://127.0.0.1:80@evil.example",
+        "https://user:pw@issuer.example",
+        "http://issuer.example",
+        "https://issuer.example?x=1",
+        "http://evil.example\\@127.0.0.1",
+    ] {
+        let err = KeySet::new(
+            JwksSource::Discover {
+                issuer: bad.to_owned(),
+            },
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+        )
+        .expect_err(bad);
+        assert!(!err.to_string().contains("pw@"), "{err}");
+    }
+    assert!(
+        KeySet::new(
+            JwksSource::Url("http://127.0.0.1:1@evil.example/jwks".into()),
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+        )
+        .is_err()
+    );
+
+    // An issuer with a path: RFC 8414 §3.1 inserts the well-known segment before the path.
+    let ec = SigningKey::es256("ec-tenant");
+    let tenant = FakeIssuer::publishing_at("/tenant/a", vec![ec.jwk.clone()]).await;
+    assert!(tenant.issuer.ends_with("/tenant/a"), "{}", tenant.issuer);
+    let v = validator(&tenant.issuer, Duration::from_secs(30));
+    v.validate(&sign(Algorithm::ES256, &ec, &claims(&tenant.issuer, "a")))
+        .await
+        .expect("discovered under the path");
+    assert_eq!(tenant.discoveries(), 1);
+
+    // A metadata document that names another issuer is refused.
+    let liar = FakeIssuer::publishing(vec![ec.jwk.clone()]).await;
+    liar.set_metadata_issuer("https://someone-else.example");
+    let v = validator(&liar.issuer, Duration::from_secs(30));
+    assert_eq!(
+        v.validate(&sign(Algorithm::ES256, &ec, &claims(&liar.issuer, "a")))
+            .await
+            .expect_err("a document for another issuer"),
+        AuthError::KeysUnavailable
+    );
+    assert_eq!(liar.fetches(), 0, "its jwks_uri was not followed");
 }

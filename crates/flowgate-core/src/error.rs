@@ -65,6 +65,16 @@ pub enum EngineError {
         /// Which call, and how long it waited.
         message: String,
     },
+    /// The tool's setup is wrong in a way only an operator can fix: the workflow lacks what
+    /// flowgate needs, the credentials cannot see or may not change what the tool names. Calling
+    /// again, with any arguments, gets the same answer; the message says what to fix.
+    #[error("{engine}: the tool is not set up right (tell an operator): {message}")]
+    Misconfigured {
+        /// The engine kind.
+        engine: &'static str,
+        /// What is wrong, and how to fix it.
+        message: String,
+    },
     /// The engine cannot do this at all.
     #[error("{engine}: {operation} is not supported")]
     Unsupported {
@@ -145,5 +155,15 @@ mod tests {
         assert!(kind(429).is_retryable());
         assert!(kind(503).is_retryable());
         assert!(!kind(400).is_retryable());
+    }
+
+    #[test]
+    fn a_misconfigured_tool_is_for_an_operator_and_never_retried() {
+        let e = EngineError::Misconfigured {
+            engine: "x",
+            message: "add a trigger".into(),
+        };
+        assert!(!e.is_retryable() && !e.is_not_found());
+        assert!(e.to_string().contains("tell an operator"), "{e}");
     }
 }

@@ -380,4 +380,6 @@ fn check_unique(manifest: &Manifest, errors: &mut Vec<ManifestError>) {
 mod env_refs;
 mod keys;
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;

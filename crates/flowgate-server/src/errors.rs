@@ -24,6 +24,9 @@ pub(crate) fn tool_error(tool: &str, error: &EngineError) -> CallToolResult {
         EngineError::NotFound { .. } => {
             "The workflow this tool names does not exist; tell an operator."
         }
+        EngineError::Misconfigured { .. } => {
+            "Calling again, with any arguments, will not help until the tool is fixed."
+        }
         EngineError::Timeout { .. } => {
             "The engine did not answer in time, so the workflow may or may not have started; \
              check the engine before calling again."

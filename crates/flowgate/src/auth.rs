@@ -4,14 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowgate_auth::{JwksSource, KeySet, TokenValidator, ValidatorConfig, google};
+use flowgate_auth::{JwksSource, KeySet, TokenKind, TokenValidator, ValidatorConfig, google};
 use flowgate_server::http::{GoogleCredential, GoogleIdentity, HttpAuth, PlatformIdentity};
 
 use crate::cli::{AuthMode, ServeArgs};
 
-/// An unknown `kid` refreshes the key set at most this often (a flood of made-up key ids must
-/// not become a flood of fetches).
-const MIN_REFRESH: Duration = Duration::from_secs(30);
 /// Keys are fetched again after this long even when every `kid` is known (revoked keys go).
 const MAX_AGE: Duration = Duration::from_secs(3600);
 
@@ -59,6 +56,11 @@ pub(crate) fn from_args(
     if mode != AuthMode::Oauth && (args.auth_issuer.is_some() || args.auth_resource.is_some()) {
         return Err(format!(
             "--auth-issuer and --auth-resource belong to --auth-mode oauth, not {name}"
+        ));
+    }
+    if mode != AuthMode::Oauth && args.auth_untyped_access_tokens {
+        return Err(format!(
+            "--auth-untyped-access-tokens belongs to --auth-mode oauth, not {name}"
         ));
     }
     let mut protection = Protection {
@@ -109,7 +111,7 @@ fn oauth(args: &ServeArgs, scopes: Vec<String>) -> Result<Arc<HttpAuth>, String>
             "--auth-mode oauth takes its audience from --auth-resource, not --auth-audience".into(),
         );
     }
-    check_url("--auth-issuer", issuer)?;
+    flowgate_auth::endpoint::issuer(issuer).map_err(|e| format!("--auth-issuer: {e}"))?;
     check_url("--auth-resource", resource)?;
     if resource.contains('#') {
         return Err("--auth-resource must not have a fragment (RFC 8707)".into());
@@ -123,8 +125,12 @@ fn oauth(args: &ServeArgs, scopes: Vec<String>) -> Result<Arc<HttpAuth>, String>
             issuer: issuer.clone(),
         },
     };
-    let keys = KeySet::new(source, MIN_REFRESH, MAX_AGE).map_err(|e| e.to_string())?;
-    let validator = TokenValidator::new(ValidatorConfig::new(issuer, resource), keys);
+    let keys = KeySet::new(source, min_refresh(args), MAX_AGE).map_err(|e| e.to_string())?;
+    let mut config = ValidatorConfig::new(issuer, resource);
+    if args.auth_untyped_access_tokens {
+        config.token_kind = TokenKind::UntypedAccessToken;
+    }
+    let validator = TokenValidator::new(config, keys);
     Ok(Arc::new(HttpAuth::new(validator, scopes)))
 }
 
@@ -159,12 +165,8 @@ fn google_identity(args: &ServeArgs, mode: AuthMode) -> Result<Arc<dyn PlatformI
             google::ID_TOKEN_JWKS,
         )
     };
-    let allowed: Vec<String> = args
-        .auth_allowed
-        .iter()
-        .map(|a| a.trim().to_owned())
-        .filter(|a| !a.is_empty())
-        .collect();
+    let allowed =
+        google::AllowList::parse(&args.auth_allowed).map_err(|e| format!("--auth-allowed: {e}"))?;
     if mode == AuthMode::GoogleIdToken && allowed.is_empty() {
         return Err(
             "--auth-mode google-id-token needs --auth-allowed (FLOWGATE_AUTH_ALLOWED): the emails \
@@ -179,13 +181,19 @@ fn google_identity(args: &ServeArgs, mode: AuthMode) -> Result<Arc<dyn PlatformI
         }
         None => default_keys.to_owned(),
     };
-    let keys =
-        KeySet::new(JwksSource::Url(jwks), MIN_REFRESH, MAX_AGE).map_err(|e| e.to_string())?;
+    let keys = KeySet::new(JwksSource::Url(jwks), min_refresh(args), MAX_AGE)
+        .map_err(|e| e.to_string())?;
     Ok(Arc::new(GoogleIdentity::new(
         credential,
         TokenValidator::new(config, keys),
         allowed,
     )))
+}
+
+/// An unknown `kid` refreshes the key set at most this often (a flood of made-up key ids must
+/// not become a flood of fetches), and a failed fetch is retried no sooner (then backing off).
+fn min_refresh(args: &ServeArgs) -> Duration {
+    Duration::from_secs(args.auth_keys_refresh_secs)
 }
 
 #[cfg(feature = "lambda")]
@@ -244,21 +252,13 @@ fn is_loopback(listen: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
 }
 
-/// An `https` URL, or `http` to a loopback host (a local issuer in development and tests).
+/// An `https` URL, or `http` to a loopback host (a local issuer in development and tests),
+/// parsed as the HTTP client parses it (`flowgate_auth::endpoint`): no userinfo, and the host
+/// checked is the one a request would go to.
 fn check_url(flag: &str, url: &str) -> Result<(), String> {
-    if url.starts_with("https://") && url.len() > "https://".len() {
-        return Ok(());
-    }
-    if let Some(rest) = url.strip_prefix("http://") {
-        let host = rest.split(['/', '?']).next().unwrap_or("");
-        let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
-        if matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
-            return Ok(());
-        }
-    }
-    Err(format!(
-        "{flag} must be an https URL (http only to a loopback host), not {url:?}"
-    ))
+    flowgate_auth::endpoint::endpoint(url)
+        .map(drop)
+        .map_err(|e| format!("{flag}: {e}"))
 }
 
 #[cfg(test)]
@@ -273,6 +273,8 @@ mod tests {
         assert!(check_url("f", "http://issuer.example").is_err());
         assert!(check_url("f", "issuer.example").is_err());
         assert!(check_url("f", "https://").is_err());
+        // The host a client would connect to is evil.example, not 127.0.0.1.
+        assert!(check_url("f", "http://127.0.0.1:80@evil.example/jwks").is_err());
     }
 
     #[test]

@@ -114,6 +114,21 @@ pub(crate) struct ServeArgs {
     /// metadata; for the Google modes, by default Google's published keys.
     #[arg(long, env = env_vars::AUTH_JWKS_URL)]
     pub(crate) auth_jwks_url: Option<String>,
+    /// `oauth` only: also accept access tokens whose header `typ` is not `at+jwt` (RFC 9068),
+    /// for issuers that do not type them (Microsoft Entra ID, Amazon Cognito, Keycloak). Tokens
+    /// that are recognisably not access tokens are still refused: an ID token's `nonce` or
+    /// `at_hash`, a logout token's `events`, Cognito's `token_use: id`, Keycloak's `typ: ID`.
+    #[arg(long, env = env_vars::AUTH_UNTYPED_ACCESS_TOKENS)]
+    pub(crate) auth_untyped_access_tokens: bool,
+    /// The shortest time between two fetches of the signing keys (an unknown `kid` refreshes
+    /// them at most this often); while fetches fail the wait doubles, up to 10 minutes.
+    #[arg(
+        long,
+        env = env_vars::AUTH_KEYS_REFRESH_SECS,
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub(crate) auth_keys_refresh_secs: u64,
 }
 
 /// The values of `--auth-mode`.

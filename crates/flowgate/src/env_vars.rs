@@ -77,6 +77,14 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         ALLOW_UNAUTHENTICATED,
         "true: serve a public address or Lambda without authentication",
     ),
+    (
+        AUTH_UNTYPED_ACCESS_TOKENS,
+        "true: oauth accepts access tokens not typed at+jwt (Entra ID, Cognito)",
+    ),
+    (
+        AUTH_KEYS_REFRESH_SECS,
+        "the shortest time between two fetches of the signing keys (default 30)",
+    ),
 ];
 
 pub(crate) const MANIFEST: &str = "FLOWGATE_MANIFEST";
@@ -102,3 +110,5 @@ pub(crate) const AUTH_MODE: &str = "FLOWGATE_AUTH_MODE";
 pub(crate) const AUTH_AUDIENCE: &str = "FLOWGATE_AUTH_AUDIENCE";
 pub(crate) const ALLOW_UNAUTHENTICATED: &str = "FLOWGATE_ALLOW_UNAUTHENTICATED";
 pub(crate) const AUTH_ALLOWED: &str = "FLOWGATE_AUTH_ALLOWED";
+pub(crate) const AUTH_UNTYPED_ACCESS_TOKENS: &str = "FLOWGATE_AUTH_UNTYPED_ACCESS_TOKENS";
+pub(crate) const AUTH_KEYS_REFRESH_SECS: &str = "FLOWGATE_AUTH_KEYS_REFRESH_SECS";

@@ -64,7 +64,7 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
     #[cfg(feature = "gitlab-ci")]
     {
         let gitlab = targets(manifest, flowgate_gitlab_ci::KIND, |spec| {
-            flowgate_gitlab_ci::GitLabTarget::from_manifest(spec.config)
+            flowgate_gitlab_ci::GitLabTarget::from_manifest(spec)
         })?;
         if !gitlab.is_empty() {
             out.insert("gitlab".into(), flowgate_gitlab_ci::scopes(&gitlab));
@@ -72,9 +72,11 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
     }
     #[cfg(feature = "github-actions")]
     {
-        let gh = targets(manifest, flowgate_github_actions::KIND, |spec| {
-            flowgate_github_actions::GhTarget::from_manifest(spec.config)
-        })?;
+        let gh = targets(
+            manifest,
+            flowgate_github_actions::KIND,
+            flowgate_github_actions::GhTarget::from_manifest,
+        )?;
         if !gh.is_empty() {
             out.insert("github".into(), flowgate_github_actions::permissions(&gh));
         }

@@ -8,12 +8,20 @@
 // Prints `listening on http://127.0.0.1:PORT` once it serves. Clients (secret = `<id>-secret`):
 //   alice, bob  -- two principals, granted the `jobs.run` scope
 //   carol       -- a third principal, granted only `deploy`, not `jobs.run`
+//   <each resource URI> -- a web client (authorization code) whose client id is the resource
+//                  itself, so the ID tokens it gets carry `aud` = the resource: an ID token a
+//                  resource server must not take for an access token (RFC 9068 section 4)
 // Tokens: `POST /token` with grant_type=client_credentials, resource=<the resource>, and
 // scope (e.g. `jobs.run`); `sub` is the client id, `aud` the resource, `scope` what was granted.
+// ID tokens: the authorization code flow through oidc-provider's development interactions
+// (`GET /auth?client_id=<resource>&response_type=code&scope=openid&nonce=...`, then the login
+// form at /interaction/<uid> accepts any login, then the consent form; the code goes to
+// https://flowgate.test/callback, which nobody serves: the test reads it from the redirect).
 //
 // Not a shortcut but worth knowing: the signing keys are generated at start (ES256 for access
 // tokens, RS256 for ID tokens), so every run has fresh keys; storage is oidc-provider's in-memory
-// adapter; no interactive (login) flows are configured, because the tests need none.
+// adapter; the login and consent pages are oidc-provider's development interactions (any login
+// and password sign in), since the tests need an ID token, not a user database.
 import { generateKeyPairSync } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -62,6 +70,14 @@ async function main() {
       client('alice', 'jobs.run'),
       client('bob', 'jobs.run'),
       client('carol', 'deploy'),
+      ...resources.map((resource) => ({
+        client_id: resource,
+        client_secret: `${resource}-secret`,
+        grant_types: ['authorization_code'],
+        response_types: ['code'],
+        redirect_uris: ['https://flowgate.test/callback'],
+        token_endpoint_auth_method: 'client_secret_post',
+      })),
     ],
     jwks: {
       keys: [
@@ -71,7 +87,8 @@ async function main() {
     },
     scopes: ['openid', ...SCOPES],
     features: {
-      devInteractions: { enabled: false },
+      // Any login signs in: the tests need ID tokens, not accounts.
+      devInteractions: { enabled: true },
       clientCredentials: { enabled: true },
       resourceIndicators: {
         enabled: true,

@@ -45,6 +45,10 @@ const RUN_VARIABLES: [&str; 5] = [
     "FLOWGATE_BIN",
 ];
 
+/// At most this many reference errors are listed; the rest are counted in one more error (a
+/// file of a million bad references gets a readable answer, in linear time).
+const MAX_LISTED_ERRORS: usize = 50;
+
 fn is_run_variable(name: &str) -> bool {
     RUN_VARIABLES.contains(&name) || name.starts_with("FLOWGATE_ARG_")
 }
@@ -72,6 +76,18 @@ pub(super) fn prepare(
     let mut copied = 0;
     let mut vars = HashMap::new();
     let mut errors = Vec::new();
+    let mut locator = Locator::new(text);
+    let mut unlisted = 0usize;
+    let mut first_unlisted = None;
+    let mut report = |offset: usize, message: String, errors: &mut Vec<ManifestError>| {
+        let (line, column) = locator.at(offset);
+        if errors.len() < MAX_LISTED_ERRORS {
+            errors.push(error(file, line, column, message));
+        } else {
+            unlisted += 1;
+            first_unlisted.get_or_insert((line, column));
+        }
+    };
     for (start, end) in spans {
         let bytes = text.as_bytes();
         let mut i = start;
@@ -86,15 +102,14 @@ pub(super) fn prepare(
             }
             match reference_at(&text[i..end]) {
                 Some(name) if name.starts_with("FLOWGATE_HANDLE_KEYS") => {
-                    errors.push(error_at(
-                        text,
+                    report(
                         i,
-                        file,
                         format!(
                             "`${{{name}}}` is refused: the handle-sealing keys never enter a \
                              manifest"
                         ),
-                    ));
+                        &mut errors,
+                    );
                     i += name.len() + 3;
                 }
                 Some(name) if !is_run_variable(name) => {
@@ -102,15 +117,14 @@ pub(super) fn prepare(
                         Some(value) => {
                             vars.insert(name.to_owned(), value);
                         }
-                        None => errors.push(error_at(
-                            text,
+                        None => report(
                             i,
-                            file,
                             format!(
                                 "environment variable `{name}` is not set (`${{{name}}}`); \
                                  write `$${{{name}}}` for a literal `${{{name}}}`"
                             ),
-                        )),
+                            &mut errors,
+                        ),
                     }
                     i += name.len() + 3;
                 }
@@ -123,6 +137,17 @@ pub(super) fn prepare(
                 }
             }
         }
+    }
+    if let Some((line, column)) = first_unlisted {
+        errors.push(error(
+            file,
+            line,
+            column,
+            format!(
+                "{unlisted} more references from here on are unset or refused (only the first \
+                 {MAX_LISTED_ERRORS} are listed)"
+            ),
+        ));
     }
     if !errors.is_empty() {
         return Err(errors);
@@ -144,16 +169,56 @@ fn reference_at(s: &str) -> Option<&str> {
     .then_some(name)
 }
 
-fn error_at(text: &str, offset: usize, file: &Path, message: String) -> ManifestError {
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
-    let column = before[line_start..].chars().count() + 1;
+fn error(file: &Path, line: u64, column: u64, message: String) -> ManifestError {
     ManifestError {
         file: file.to_owned(),
-        line: line as u64,
-        column: column as u64,
+        line,
+        column,
         message,
+    }
+}
+
+/// Lines and columns (1-based, columns in characters) of byte offsets asked for in increasing
+/// order, found by one walk over the text rather than a scan from the start for each: a line
+/// of many references stays linear. Line breaks are YAML's (LF, CRLF, and a lone CR), so the
+/// places agree with the YAML reader's.
+struct Locator<'a> {
+    text: &'a str,
+    offset: usize,
+    line: u64,
+    column: u64,
+    after_cr: bool,
+}
+
+impl<'a> Locator<'a> {
+    fn new(text: &'a str) -> Self {
+        Locator {
+            text,
+            offset: 0,
+            line: 1,
+            column: 1,
+            after_cr: false,
+        }
+    }
+
+    fn at(&mut self, offset: usize) -> (u64, u64) {
+        if offset < self.offset {
+            *self = Locator::new(self.text);
+        }
+        for c in self.text[self.offset..offset].chars() {
+            match c {
+                // The LF of a CRLF: the CR already broke the line.
+                '\n' if self.after_cr => {}
+                '\n' | '\r' => {
+                    self.line += 1;
+                    self.column = 1;
+                }
+                _ => self.column += 1,
+            }
+            self.after_cr = c == '\r';
+        }
+        self.offset = offset;
+        (self.line, self.column)
     }
 }
 
@@ -270,6 +335,34 @@ mod tests {
         assert_eq!(at, [(2, 7), (3, 4)], "{e:?}");
         assert!(e[0].message.contains("`UNSET` is not set"), "{e:?}");
         assert!(e[1].message.contains("refused"), "{e:?}");
+    }
+
+    #[test]
+    fn many_bad_references_are_listed_up_to_a_bound_and_counted() {
+        let text = format!("a: x\nb: \"{}\"\n", "${UNSET}".repeat(200));
+        let e = prepare(&text, env, Path::new("t.yaml"))
+            .err()
+            .expect("errors");
+        assert_eq!(e.len(), MAX_LISTED_ERRORS + 1, "{e:?}");
+        assert_eq!((e[1].line, e[1].column), (2, 13), "{:?}", e[1]);
+        let last = &e[MAX_LISTED_ERRORS];
+        assert_eq!((last.line, last.column), (2, 5 + 8 * 50), "{last:?}");
+        assert!(last.message.starts_with("150 more references"), "{last:?}");
+    }
+
+    #[test]
+    fn places_count_lines_as_yaml_does() {
+        for (text, line) in [
+            ("a: x\nb: ${UNSET}\n", 2),
+            ("a: x\r\nb: ${UNSET}\r\n", 2),
+            ("a: x\rb: ${UNSET}\r", 2),
+            ("a: |\r\n  x\r\n\r\n  ${UNSET}\r\n", 4),
+        ] {
+            let e = prepare(text, env, Path::new("t.yaml"))
+                .err()
+                .expect("errors");
+            assert_eq!(e[0].line, line, "{text:?}: {e:?}");
+        }
     }
 
     #[test]

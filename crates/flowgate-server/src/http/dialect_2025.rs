@@ -167,9 +167,16 @@ impl Dialect {
             .method(Method::POST)
             .uri(parts.uri.clone());
         for (k, v) in &parts.headers {
+            // The translated request says its own type, what it accepts and its MCP headers
+            // (`header` appends: a client's own would come first and be the one read).
             if !matches!(
                 k.as_str(),
-                "content-length" | "mcp-protocol-version" | "mcp-method" | "mcp-name"
+                "content-length"
+                    | "content-type"
+                    | "accept"
+                    | "mcp-protocol-version"
+                    | "mcp-method"
+                    | "mcp-name"
             ) {
                 builder = builder.header(k, v);
             }
@@ -190,11 +197,21 @@ impl Dialect {
             .oneshot(request)
             .await
             .map_err(|e| rpc_error(-32603, &format!("cannot forward the request: {e}")))?;
+        let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
             .map_err(|_| rpc_error(-32603, "unreadable answer"))?;
-        let answer: Value =
-            serde_json::from_slice(&bytes).map_err(|_| rpc_error(-32603, "unreadable answer"))?;
+        let answer: Value = serde_json::from_slice(&bytes).map_err(|_| {
+            // Not a JSON-RPC answer: the transport refused the request (a foreign Origin, a
+            // Host not allowed); say so, in its own words, rather than as an internal error.
+            let text: String = String::from_utf8_lossy(&bytes).chars().take(200).collect();
+            let code = if status.is_client_error() {
+                -32600
+            } else {
+                -32603
+            };
+            rpc_error(code, &format!("the request was refused ({status}): {text}"))
+        })?;
         match answer.get("error") {
             Some(error) => Err(error.clone()),
             None => Ok(answer["result"].clone()),
@@ -222,6 +239,16 @@ impl Dialect {
             .and_then(|result| {
                 if result["resultType"] == "task" {
                     Ok(json!({"task": task_2025(&result)}))
+                } else if result["isError"] == true {
+                    // Refused before anything started (invalid arguments): a task-augmented
+                    // call must answer with a task, so the refusal is an error saying why.
+                    let text: Vec<&str> = result["content"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| c["text"].as_str())
+                        .collect();
+                    Err(rpc_error(-32602, &text.join("\n")))
                 } else {
                     Err(rpc_error(
                         -32603,

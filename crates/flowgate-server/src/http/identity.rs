@@ -21,7 +21,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use flowgate_auth::google::IAP_HEADER;
+use flowgate_auth::google::{AllowList, IAP_HEADER};
 use flowgate_auth::{AuthError, Authenticated, TokenValidator};
 use serde_json::json;
 
@@ -135,34 +135,24 @@ pub enum GoogleCredential {
 pub struct GoogleIdentity {
     credential: GoogleCredential,
     validator: TokenValidator,
-    allowed: Vec<String>,
+    allowed: AllowList,
 }
 
 impl GoogleIdentity {
     /// Reads `credential`, checked by `validator` (built from
     /// `flowgate_auth::google::{id_token_config, iap_config}`), letting through the callers
-    /// `allowed` names: an exact email (or subject), or `*@domain` for a whole domain. Empty:
-    /// everyone the token is valid for.
+    /// `allowed` names (verified emails, `hd` domains: see [`AllowList`]). Empty: everyone the
+    /// token is valid for.
     pub fn new(
         credential: GoogleCredential,
         validator: TokenValidator,
-        allowed: Vec<String>,
+        allowed: AllowList,
     ) -> Self {
         GoogleIdentity {
             credential,
             validator,
             allowed,
         }
-    }
-
-    fn admits(&self, subject: &str) -> bool {
-        self.allowed.is_empty()
-            || self.allowed.iter().any(|a| match a.strip_prefix('*') {
-                Some(domain) if domain.starts_with('@') => subject
-                    .to_ascii_lowercase()
-                    .ends_with(&domain.to_ascii_lowercase()),
-                _ => a.eq_ignore_ascii_case(subject),
-            })
     }
 
     fn token<'a>(&self, parts: &'a Parts) -> Result<&'a str, Unidentified> {
@@ -211,15 +201,19 @@ impl PlatformIdentity for GoogleIdentity {
     fn identify<'a>(&'a self, parts: &'a Parts) -> Identified<'a> {
         Box::pin(async move {
             let token = self.token(parts)?;
-            let caller = self.validator.validate(token).await.map_err(|e| match e {
-                AuthError::KeysUnavailable => Unidentified {
-                    status: StatusCode::SERVICE_UNAVAILABLE,
-                    reason: e.to_string(),
-                    code: "keys_unavailable",
-                },
-                e => Unidentified::invalid(e.to_string()),
-            })?;
-            if !self.admits(&caller.principal.subject) {
+            let identity = self
+                .validator
+                .validate_identity(token)
+                .await
+                .map_err(|e| match e {
+                    AuthError::KeysUnavailable => Unidentified {
+                        status: StatusCode::SERVICE_UNAVAILABLE,
+                        reason: e.to_string(),
+                        code: "keys_unavailable",
+                    },
+                    e => Unidentified::invalid(e.to_string()),
+                })?;
+            if !self.allowed.admits(&identity) {
                 return Err(Unidentified {
                     status: StatusCode::FORBIDDEN,
                     reason: "this caller is not among the principals allowed to call this server"
@@ -227,7 +221,7 @@ impl PlatformIdentity for GoogleIdentity {
                     code: "not_allowed",
                 });
             }
-            Ok(caller)
+            Ok(identity.caller)
         })
     }
 

@@ -2,8 +2,8 @@
 //! the workflow files with act: a task started by one server process is answered by another.
 
 use flowgate_github_actions::testing::Fake;
-use rmcp::model::TaskStatus;
-use serde_json::json;
+use rmcp::model::{CallToolResponse, TaskStatus};
+use serde_json::{Value, json};
 
 use crate::support::*;
 
@@ -22,7 +22,7 @@ fn manifest(dir: &std::path::Path, fake: &Fake) -> std::path::PathBuf {
         )
     };
     let text = format!(
-        "tools:\n{}{}{}",
+        "tools:\n{}{}{}{}{}{}",
         tool(
             "greet",
             "greet.yml",
@@ -30,6 +30,9 @@ fn manifest(dir: &std::path::Path, fake: &Fake) -> std::path::PathBuf {
         ),
         tool("checks", "fails.yml", ""),
         tool("release", "release.yml", ""),
+        tool("deploy", "deploy.yml", ""),
+        tool("pushed", "nodispatch.yml", ""),
+        tool("typed", "typed.yml", ""),
     );
     let path = dir.join("github.yaml");
     std::fs::write(&path, text).expect("write manifest");
@@ -130,6 +133,98 @@ async fn github_runs_complete_fail_ask_cancel_and_survive_a_server_restart() {
     let long = start_task(&client, "greet", json!({"name": "Bo", "seconds": 600})).await;
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let cancelled = cancel_and_settle(&client, &long).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    client.cancel().await.ok();
+}
+
+/// The text of a `tools/call` answered with a tool error (nothing started).
+async fn refusal(client: &Client, tool: &str, arguments: Value) -> String {
+    let CallToolResponse::Complete(refused) = client
+        .call_tool_once(call(tool, arguments))
+        .await
+        .expect("tools/call")
+    else {
+        panic!("{tool}: expected a tool error, not a task")
+    };
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    serde_json::to_value(&refused).expect("json")["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A workflow flowgate cannot start is an operator's problem, told so (never "check the
+/// arguments", which would have a model retry forever); a value the workflow refuses is the
+/// caller's. A rejected deployment ends the task failed, saying who rejected it and why.
+#[tokio::test]
+async fn github_setup_faults_go_to_an_operator_and_rejections_say_who_and_why() {
+    let fake = Fake::shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = manifest(dir.path(), &fake);
+    let env = [(TOKEN_VAR, fake.token.as_str())];
+    let server = Server::start_with(dir.path(), Some(&manifest), &env, None);
+    let client = http_client(&server.url, true).await;
+
+    let text = refusal(&client, "pushed", json!({})).await;
+    assert!(
+        text.contains("tell an operator") && text.contains("workflow_dispatch"),
+        "{text}"
+    );
+    assert!(!text.contains("Check the arguments"), "{text}");
+    let text = refusal(&client, "typed", json!({"level": "trace"})).await;
+    assert!(
+        text.contains("Check the arguments") && text.contains("'trace'"),
+        "{text}"
+    );
+
+    let task = start_task(&client, "deploy", json!({"target": "production"})).await;
+    let waiting = poll_until(
+        &client,
+        &task,
+        &[TaskStatus::InputRequired, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    let key = first_input_key(&waiting);
+    answer(
+        &client,
+        &task,
+        &key,
+        json!({"action": "accept", "content": {"decision": "reject", "comment": "change freeze"}}),
+    )
+    .await;
+    let failed = poll_until(
+        &client,
+        &task,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(failed["result"]["isError"], true, "{failed}");
+    let text = failed["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("the deployment to production was rejected by @flowgate-tests")
+            && text.contains("change freeze"),
+        "{text}"
+    );
+
+    // Reviewers flowgate's token is not among: the question names who can answer.
+    let task = start_task(&client, "deploy", json!({"target": "approvals"})).await;
+    let waiting = poll_until(
+        &client,
+        &task,
+        &[TaskStatus::InputRequired, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    let question = waiting["inputRequests"].to_string();
+    assert!(
+        question.contains("flowgate cannot answer this one") && question.contains("@alice"),
+        "{question}"
+    );
+    let cancelled = cancel_and_settle(&client, &task).await;
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
     client.cancel().await.ok();
 }

@@ -1,6 +1,8 @@
 //! GitLab CI tools through the whole server, against the GitLab API fake whose pipelines run
-//! their `.gitlab-ci.yml` scripts: a result artifact as structuredContent, a failing job with
-//! its trace tail, a manual gate answered over MCP, and a task another server process answers.
+//! their `.gitlab-ci.yml` scripts, on projects that restrict pipeline variables as GitLab.com
+//! does (arguments and the call's name travel as spec:inputs, answers as job inputs): a result
+//! artifact as structuredContent, a failing job with the end of its log, a manual gate answered
+//! over MCP, and a task another server process answers.
 
 use flowgate_gitlab_ci::testing::{FakeGitLab, TEST_TOKEN};
 use rmcp::model::TaskStatus;
@@ -28,7 +30,7 @@ fn manifest(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
         tool(
             "deploy",
             "gated",
-            ", questions: {approve: {message: 'Deploy?', requested_schema: {type: object, properties: {approver: {type: string}}, required: [approver]}, variables: {approver: APPROVER}}}, result_artifact: {job: deploy, path: result.json}"
+            ", questions: {approve: {message: 'Deploy?', requested_schema: {type: object, properties: {approver: {type: string}}, required: [approver]}}}, result_artifact: {job: deploy, path: result.json}"
         ),
     );
     let path = dir.join("gitlab.yaml");
@@ -109,4 +111,145 @@ async fn gitlab_pipelines_complete_fail_ask_and_survive_a_server_restart() {
         json!({"service": "web", "approver": "Alice"})
     );
     client.cancel().await.ok();
+}
+
+/// The README's example, as written, against the fake's copy of its pipeline
+/// (`tests/fakes/gitlab/projects/examples/migrations`, a project that restricts pipeline
+/// variables): only where it runs and its token change.
+fn example_manifest(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/gitlab-ci/tools.yaml"),
+    )
+    .expect("the example");
+    let text = example
+        .replace(
+            "base_url: https://gitlab.com      # or your instance",
+            &format!("base_url: \"{url}\"\n      token_env: {TOKEN_ENV}"),
+        )
+        .replace("acme/platform/migrations", "examples/migrations");
+    assert_ne!(
+        text, example,
+        "the example's target lines moved: update this test"
+    );
+    let path = dir.join("example.yaml");
+    std::fs::write(&path, text).expect("write manifest");
+    path
+}
+
+#[tokio::test]
+async fn the_readme_example_runs_where_pipeline_variables_are_restricted() {
+    let fake = FakeGitLab::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = example_manifest(dir.path(), &fake.url);
+    let server = Server::start(dir.path(), Some(&manifest));
+    let client = http_client(&server.url, true).await;
+    // dry_run is left out: the schema's default (false) is sent as a boolean input.
+    let task = start_task(&client, "tenant_migration", json!({"tenant": "acme"})).await;
+    let waiting = poll_until(
+        &client,
+        &task,
+        &[
+            TaskStatus::InputRequired,
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+        ],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(waiting["status"], "input_required", "{waiting}");
+    let key = first_input_key(&waiting);
+    answer(
+        &client,
+        &task,
+        &key,
+        json!({"action": "accept", "content": {"approver": "Alice Ops"}}),
+    )
+    .await;
+    let done = poll_until(
+        &client,
+        &task,
+        &[TaskStatus::Completed, TaskStatus::Failed],
+        &mut vec![],
+    )
+    .await;
+    assert_eq!(
+        result_json(&done),
+        json!({"tenant": "acme", "applied": true}),
+        "{done}"
+    );
+    client.cancel().await.ok();
+}
+
+#[test]
+fn flowgate_policy_names_the_pipeline_variables_setting_and_what_each_mode_needs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = example_manifest(dir.path(), "https://gitlab.example.com");
+    let out = std::process::Command::new(bin())
+        .arg("policy")
+        .arg(&manifest)
+        .output()
+        .expect("flowgate policy");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let policy: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let projects = policy["gitlab"].as_array().expect("gitlab entries");
+    let migrations = projects
+        .iter()
+        .find(|p| p["project"] == "examples/migrations")
+        .expect("the example's project");
+    assert_eq!(
+        migrations["pipeline_variables"]["setting"],
+        "ci_pipeline_variables_minimum_override_role"
+    );
+    assert_eq!(migrations["pipeline_variables"]["sent"], json!([]));
+    assert_eq!(
+        migrations["pipeline_configuration"]["workflow_name"],
+        json!(["$[[ inputs.flowgate_call ]]"])
+    );
+    assert_eq!(
+        migrations["pipeline_configuration"]["job_inputs"],
+        json!(["apply.approver"])
+    );
+    // A tool that sends pipeline variables is told the setting must allow them.
+    let vars = dir.path().join("vars.yaml");
+    std::fs::write(
+        &vars,
+        "tools:\n  - name: load\n    input_schema: {type: object, properties: {day: {type: string}}}\n    target: {engine: gitlab-ci, project: acme/etl, ref: main, variables: {DAY: '{day}'}, key_variable: FLOWGATE_CALL}\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(bin())
+        .arg("policy")
+        .arg(&vars)
+        .output()
+        .expect("flowgate policy");
+    let policy: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let needs = &policy["gitlab"][0]["pipeline_variables"];
+    assert_eq!(needs["sent"], json!(["DAY", "FLOWGATE_CALL"]));
+    assert!(
+        needs["needs"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not no_one_allowed"),
+        "{needs}"
+    );
+    // The old template spelling is refused where it is written, with the fix.
+    let old = dir.path().join("old.yaml");
+    std::fs::write(
+        &old,
+        "tools:\n  - name: load\n    input_schema: {type: object, properties: {day: {type: string}}}\n    target:\n      engine: gitlab-ci\n      project: acme/etl\n      ref: main\n      inputs:\n        day: \"{{day}}\"\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(bin())
+        .arg("check")
+        .arg(&old)
+        .output()
+        .expect("flowgate check");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("old.yaml:9:9:"), "at the key's line: {err}");
+    assert!(err.contains("write `{day}`"), "the fix: {err}");
 }

@@ -95,11 +95,10 @@ async fn google_id_tokens_for_the_service_url_name_the_caller() {
         SERVICE,
         "alice@p.iam.gserviceaccount.com",
     ));
-    let bob = google.sign_rs256(&claims(
-        "https://accounts.google.com",
-        SERVICE,
-        "bob@example.com",
-    ));
+    // `*@example.com` admits Bob by his Workspace domain (`hd`).
+    let mut bob = claims("https://accounts.google.com", SERVICE, "bob@example.com");
+    bob["hd"] = json!("example.com");
+    let bob = google.sign_rs256(&bob);
     let bearer = |t: &str| format!("Bearer {t}");
 
     let (status, body) = post(&server.url, &[], "tools/list", json!({})).await;
@@ -267,4 +266,182 @@ async fn iap_assertions_name_the_caller_and_are_ignored_unless_configured() {
     let id = start_job(&open.url, &[(header, &alice)]).await;
     let (_, any) = post(&open.url, &[], "tasks/cancel", json!({"taskId": id})).await;
     assert!(any.get("result").is_some(), "{any}");
+}
+
+/// OpenID Connect Core 5.1: an email names a caller only when `email_verified` is true; and a
+/// domain is Google's word only through `hd` (a consumer account may carry any address).
+#[tokio::test]
+async fn only_verified_emails_and_hosted_domains_are_admitted() {
+    let google = FakeIssuer::start().await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let jwks = google.jwks_url();
+    let server = Server::start_with(
+        state.path(),
+        None,
+        &[
+            ("FLOWGATE_AUTH_MODE", "google-id-token"),
+            ("FLOWGATE_AUTH_AUDIENCE", SERVICE),
+            ("FLOWGATE_AUTH_JWKS_URL", &jwks),
+            (
+                "FLOWGATE_AUTH_ALLOWED",
+                "alice@p.iam.gserviceaccount.com,*@example.com,*@p.iam.gserviceaccount.com",
+            ),
+        ],
+        None,
+    );
+    let token = |email: &str, extra: Value| {
+        let mut c = claims("https://accounts.google.com", SERVICE, email);
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            c[k] = v.clone();
+        }
+        format!("Bearer {}", google.sign_rs256(&c))
+    };
+    let status_of = async |auth: &str| {
+        post(
+            &server.url,
+            &[("authorization", auth)],
+            "tools/list",
+            json!({}),
+        )
+        .await
+        .0
+    };
+    for (what, auth, expected) in [
+        (
+            "a verified service account",
+            token("alice@p.iam.gserviceaccount.com", json!({})),
+            200,
+        ),
+        (
+            "the same address, unverified",
+            token(
+                "alice@p.iam.gserviceaccount.com",
+                json!({"email_verified": false}),
+            ),
+            403,
+        ),
+        (
+            "the same address, verification not said",
+            token(
+                "alice@p.iam.gserviceaccount.com",
+                json!({"email_verified": null}),
+            ),
+            403,
+        ),
+        (
+            "a Workspace account of the domain",
+            token("dave@example.com", json!({"hd": "example.com"})),
+            200,
+        ),
+        (
+            "a consumer account with an address at the domain",
+            token("mallory@example.com", json!({})),
+            403,
+        ),
+        (
+            "an account of another Workspace with an address at the domain",
+            token("mallory@example.com", json!({"hd": "evil.example"})),
+            403,
+        ),
+        (
+            "a service account of the allowed project, no hd",
+            token("ci@p.iam.gserviceaccount.com", json!({})),
+            200,
+        ),
+    ] {
+        assert_eq!(status_of(&auth).await, expected, "{what}");
+    }
+
+    // An unverified email never becomes the principal: a token claiming Alice's address
+    // without verification does not open the task the verified Alice started.
+    let alice = token("alice@p.iam.gserviceaccount.com", json!({"sub": "1"}));
+    let id = start_job(&server.url, &[("authorization", &alice)]).await;
+    let mut impostor = claims(
+        "https://accounts.google.com",
+        SERVICE,
+        "alice@p.iam.gserviceaccount.com",
+    );
+    impostor["email_verified"] = json!(false);
+    impostor["hd"] = json!("example.com");
+    let impostor = format!("Bearer {}", google.sign_rs256(&impostor));
+    let (status, theirs) = post(
+        &server.url,
+        &[("authorization", &impostor)],
+        "tasks/get",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(status, 200, "admitted by its hd: {theirs}");
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let (_, cancelled) = post(
+        &server.url,
+        &[("authorization", &alice)],
+        "tasks/cancel",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert!(cancelled.get("result").is_some(), "{cancelled}");
+}
+
+/// IAP: its email names the caller unless the assertion marks it unverified (external
+/// identities carry Identity Platform's `gcip` claims); `*@domain` goes by `hd`.
+#[tokio::test]
+async fn iap_domains_go_by_hd_and_unverified_external_emails_do_not_name_callers() {
+    let google = FakeIssuer::start().await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let jwks = google.jwks_url();
+    let server = Server::start_with(
+        state.path(),
+        None,
+        &[
+            ("FLOWGATE_AUTH_MODE", "google-iap"),
+            ("FLOWGATE_AUTH_AUDIENCE", IAP_AUDIENCE),
+            ("FLOWGATE_AUTH_JWKS_URL", &jwks),
+            ("FLOWGATE_AUTH_ALLOWED", "*@example.com"),
+        ],
+        None,
+    );
+    let header = "x-goog-iap-jwt-assertion";
+    // IAP's documented payload: no email_verified.
+    let assertion = |email: &str, sub: &str, extra: Value| {
+        let now = chrono::Utc::now().timestamp();
+        let mut c = json!({"iss": "https://cloud.google.com/iap", "aud": IAP_AUDIENCE,
+            "sub": sub, "email": email, "iat": now, "exp": now + 600});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            c[k] = v.clone();
+        }
+        google.sign_es256(&c)
+    };
+    let alice = assertion(
+        "alice@example.com",
+        "accounts.google.com:1",
+        json!({"hd": "example.com"}),
+    );
+    let outsider = assertion("mallory@example.com", "accounts.google.com:2", json!({}));
+    let (status, _) = post(&server.url, &[(header, &outsider)], "tools/list", json!({})).await;
+    assert_eq!(status, 403, "no hd: not the domain's account");
+    let id = start_job(&server.url, &[(header, &alice)]).await;
+    // Same address, marked unverified by Identity Platform: admitted by hd, but not Alice.
+    let unverified = assertion(
+        "alice@example.com",
+        "securetoken.google.com/p/t:9",
+        json!({"hd": "example.com", "gcip": {"email_verified": false}}),
+    );
+    let (status, theirs) = post(
+        &server.url,
+        &[(header, &unverified)],
+        "tasks/get",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(status, 200, "{theirs}");
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let (_, mine) = post(
+        &server.url,
+        &[(header, &alice)],
+        "tasks/cancel",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert!(mine.get("result").is_some(), "{mine}");
 }

@@ -410,6 +410,10 @@ mod real_provider {
     }
 
     fn serve(state: &std::path::Path, issuer: &str) -> Server {
+        serve_with(state, issuer, &[])
+    }
+
+    fn serve_with(state: &std::path::Path, issuer: &str, env: &[(&str, &str)]) -> Server {
         let bundled = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/flowgate.yaml"),
         )
@@ -417,15 +421,257 @@ mod real_provider {
         let manifest = state.join("tools.yaml");
         std::fs::write(&manifest, format!("default_scopes: [jobs.run]\n{bundled}"))
             .expect("manifest");
-        Server::start_with(
-            state,
-            Some(&manifest),
+        let mut vars = vec![
+            ("FLOWGATE_AUTH_ISSUER", issuer),
+            ("FLOWGATE_AUTH_RESOURCE", RESOURCE),
+        ];
+        vars.extend_from_slice(env);
+        Server::start_with(state, Some(&manifest), &vars, None)
+    }
+
+    /// An ID token from the provider for the web client whose client id is `RESOURCE`, so its
+    /// `aud` is this server's resource: the authorization code flow through the provider's
+    /// development login and consent pages, cookies carried by hand.
+    async fn id_token(issuer: &str, nonce: Option<&str>) -> String {
+        let meta: Value = reqwest::get(format!("{issuer}/.well-known/openid-configuration"))
+            .await
+            .expect("discovery")
+            .json()
+            .await
+            .expect("discovery JSON");
+        let field = |name: &str| {
+            meta[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {name}: {meta}"))
+                .to_owned()
+        };
+        let callback = "https://flowgate.test/callback";
+        let mut query = vec![
+            ("client_id", RESOURCE),
+            ("response_type", "code"),
+            ("scope", "openid"),
+            ("redirect_uri", callback),
+            ("state", "e2e"),
+        ];
+        if let Some(n) = nonce {
+            query.push(("nonce", n));
+        }
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client");
+        let mut cookies: std::collections::BTreeMap<String, String> = Default::default();
+        let mut url = reqwest::Url::parse_with_params(&field("authorization_endpoint"), &query)
+            .expect("authorization URL");
+        let mut form: Option<Vec<(&str, &str)>> = None;
+        let code = 'flow: {
+            for _ in 0..12 {
+                let jar = cookies
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let request = match form.take() {
+                    Some(fields) => http.post(url.clone()).form(&fields),
+                    None => http.get(url.clone()),
+                };
+                let resp = request
+                    .header("cookie", jar)
+                    .send()
+                    .await
+                    .expect("authorization step");
+                for set in resp.headers().get_all("set-cookie") {
+                    let pair = set.to_str().unwrap_or("").split(';').next().unwrap_or("");
+                    if let Some((k, v)) = pair.split_once('=') {
+                        cookies.insert(k.to_owned(), v.to_owned());
+                    }
+                }
+                let status = resp.status();
+                if status.is_redirection() {
+                    let location = resp
+                        .headers()
+                        .get("location")
+                        .and_then(|v| v.to_str().ok())
+                        .expect("location")
+                        .to_owned();
+                    if location.starts_with(callback) {
+                        let back = reqwest::Url::parse(&location).expect("callback URL");
+                        let code = back.query_pairs().find(|(k, _)| k == "code");
+                        break 'flow code.map(|(_, v)| v.into_owned()).expect("a code");
+                    }
+                    url = url.join(&location).expect("redirect");
+                } else {
+                    let page = resp.text().await.expect("page");
+                    assert!(status.is_success(), "{status}: {page}");
+                    form = Some(if page.contains(r#"name="prompt" value="login""#) {
+                        vec![("prompt", "login"), ("login", "dave"), ("password", "any")]
+                    } else {
+                        assert!(page.contains(r#"value="consent""#), "{page}");
+                        vec![("prompt", "consent")]
+                    });
+                }
+            }
+            panic!("the authorization flow did not reach the callback");
+        };
+        let secret = format!("{RESOURCE}-secret");
+        let answer: Value = http
+            .post(field("token_endpoint"))
+            .form(&[
+                ("grant_type", "authorization_code"),
+                ("code", code.as_str()),
+                ("redirect_uri", callback),
+                ("client_id", RESOURCE),
+                ("client_secret", secret.as_str()),
+            ])
+            .send()
+            .await
+            .expect("token request")
+            .json()
+            .await
+            .expect("token JSON");
+        answer["id_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no id_token: {answer}"))
+            .to_owned()
+    }
+
+    /// The claims of a JWT, unverified (to show what a test token is).
+    fn claims_of(jwt: &str) -> Value {
+        use base64::Engine;
+        let payload = jwt.split('.').nth(1).expect("a JWT");
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .expect("base64url");
+        serde_json::from_slice(&bytes).expect("JSON claims")
+    }
+
+    /// RFC 9068 §4: an ID token the same provider signed, with `aud` = this resource, is not an
+    /// access token; with untyped access tokens allowed, its `nonce` still gives it away.
+    #[tokio::test]
+    async fn an_id_token_of_the_same_provider_is_not_an_access_token() {
+        let issuer = provider();
+        let id_token = id_token(&issuer, Some("n-0S6_WzA2Mj")).await;
+        let claims = claims_of(&id_token);
+        assert_eq!(claims["aud"], RESOURCE, "{claims}");
+        assert_eq!(claims["iss"], issuer.as_str(), "{claims}");
+        let access = token(&issuer, "alice", RESOURCE, Some("jobs.run")).await;
+
+        let state = tempfile::tempdir().expect("tempdir");
+        for untyped in [false, true] {
+            let server = if untyped {
+                serve_with(
+                    state.path(),
+                    &issuer,
+                    &[("FLOWGATE_AUTH_UNTYPED_ACCESS_TOKENS", "true")],
+                )
+            } else {
+                serve(state.path(), &issuer)
+            };
+            let (status, _, listed) =
+                post(&server.url, Some(&access), "tools/list", None, json!({})).await;
+            assert_eq!(status, 200, "untyped {untyped}: {listed}");
+            let (status, challenge, body) =
+                post(&server.url, Some(&id_token), "tools/list", None, json!({})).await;
+            assert_eq!(status, 401, "untyped {untyped}: {body}");
+            assert!(
+                challenge
+                    .unwrap_or_default()
+                    .contains("error=\"invalid_token\""),
+                "untyped {untyped}"
+            );
+            assert_eq!(
+                body["error_description"], "the token is not an access token",
+                "untyped {untyped}: {body}"
+            );
+        }
+    }
+
+    /// While the provider's key set cannot be fetched: one attempt per interval (doubling),
+    /// not one per request; once keys are cached, an unknown `kid` is a 401, not a 503.
+    #[tokio::test]
+    async fn a_key_set_outage_is_asked_once_per_interval_and_unknown_kids_stay_401() {
+        let issuer = provider();
+        let meta: Value = reqwest::get(format!("{issuer}/.well-known/oauth-authorization-server"))
+            .await
+            .expect("metadata")
+            .json()
+            .await
+            .expect("metadata JSON");
+        let jwks = meta["jwks_uri"].as_str().expect("jwks_uri");
+        let relay = flowgate_auth::testing::JwksRelay::start(jwks).await;
+        let access = token(&issuer, "alice", RESOURCE, Some("jobs.run")).await;
+        let state = tempfile::tempdir().expect("tempdir");
+        relay.set_failing(true);
+        let server = serve_with(
+            state.path(),
+            &issuer,
             &[
-                ("FLOWGATE_AUTH_ISSUER", issuer),
-                ("FLOWGATE_AUTH_RESOURCE", RESOURCE),
+                ("FLOWGATE_AUTH_JWKS_URL", relay.url.as_str()),
+                ("FLOWGATE_AUTH_KEYS_REFRESH_SECS", "1"),
             ],
-            None,
-        )
+        );
+
+        // Down from the start: 503s, and attempts at 0, 1, 3, 7 s... at most.
+        // With a 1 s interval doubling while fetches fail, attempts are due at 0, 1, 3, 7 s...
+        let allowed_within = |started: std::time::Instant| {
+            let elapsed = started.elapsed().as_secs_f64();
+            [0.0, 1.0, 3.0, 7.0, 15.0, 31.0]
+                .iter()
+                .filter(|at| **at <= elapsed)
+                .count()
+        };
+        let started = std::time::Instant::now();
+        for _ in 0..15 {
+            let (status, _, body) =
+                post(&server.url, Some(&access), "tools/list", None, json!({})).await;
+            assert_eq!(status, 503, "{body}");
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        }
+        let (attempts, allowed) = (relay.requests(), allowed_within(started));
+        assert!(
+            (1..=allowed).contains(&attempts),
+            "{attempts} fetches for 15 requests ({allowed} allowed)"
+        );
+
+        // Back up: served once the next attempt is due.
+        relay.set_failing(false);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let (status, _, body) =
+                post(&server.url, Some(&access), "tools/list", None, json!({})).await;
+            if status == 200 {
+                break;
+            }
+            assert_eq!(status, 503, "{body}");
+            assert!(std::time::Instant::now() < deadline, "never recovered");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+
+        // Down again, keys cached: a kid the provider never published is refused as a bad
+        // token (401) even when a refresh is due and fails, and known kids keep working.
+        relay.set_failing(true);
+        tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+        let (before, started) = (relay.requests(), std::time::Instant::now());
+        let stranger = flowgate_auth::testing::SigningKey::es256("not-the-providers");
+        let now = chrono::Utc::now().timestamp();
+        let forged = stranger.sign_access_token(&json!({
+            "iss": issuer, "sub": "alice", "aud": RESOURCE, "scope": "jobs.run",
+            "iat": now, "exp": now + 300, "client_id": "alice",
+        }));
+        for _ in 0..5 {
+            let (status, challenge, body) =
+                post(&server.url, Some(&forged), "tools/list", None, json!({})).await;
+            assert_eq!(status, 401, "{body}");
+            assert!(challenge.unwrap_or_default().contains("invalid_token"));
+            let (status, _, body) =
+                post(&server.url, Some(&access), "tools/list", None, json!({})).await;
+            assert_eq!(status, 200, "{body}");
+        }
+        let (attempts, allowed) = (relay.requests() - before, allowed_within(started));
+        assert!(
+            (1..=allowed).contains(&attempts),
+            "{attempts} refresh attempts for five unknown kids ({allowed} allowed)"
+        );
     }
 
     /// What a client does from nothing: 401 -> the challenge's metadata -> the provider named
@@ -568,4 +814,74 @@ mod real_provider {
         .await;
         assert!(cancelled.get("result").is_some(), "{cancelled}");
     }
+}
+
+/// `flowgate serve` with `env`, expected to refuse to start: its stderr.
+fn refused_to_start(env: &[(&str, &str)]) -> String {
+    use std::process::{Command, Stdio};
+    let state = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("FLOWGATE_STATE_DIR", state.path())
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG_FORMAT", "text")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flowgate serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "flowgate served with {env:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The issuer is parsed as a URL (RFC 3986): the host checked for "http only to loopback" is
+/// the one the client would connect to, userinfo is refused, and an issuer identifier has no
+/// query or fragment (RFC 8414).
+#[test]
+fn issuer_urls_that_disguise_their_host_are_refused_at_start() {
+    for (issuer, why) in [
+        // A text check sees 127.0.0.1; a request goes to flowgate-evil.test.
+        ("http://127.0.0.1:80@flowgate-evil.test", "userinfo"),
+        ("http://localhost@flowgate-evil.test/realms/x", "userinfo"),
+        ("https://ops:hunter2@login.example.com", "userinfo"),
+        ("http://127.0.0.1:80#@flowgate-evil.test", "fragment"),
+        ("https://login.example.com/?realm=ops", "query"),
+        ("http://flowgate-evil.test\\@127.0.0.1", "RFC 3986"),
+        ("http://127.0.0.1.flowgate-evil.test", "loopback"),
+    ] {
+        let stderr = refused_to_start(&[
+            ("FLOWGATE_AUTH_ISSUER", issuer),
+            ("FLOWGATE_AUTH_RESOURCE", RESOURCE),
+        ]);
+        assert!(
+            stderr.contains("--auth-issuer") && stderr.contains(why),
+            "{issuer}: {stderr}"
+        );
+        assert!(!stderr.contains("hunter2"), "{stderr}");
+    }
+    let stderr = refused_to_start(&[
+        ("FLOWGATE_AUTH_ISSUER", "https://login.example.com"),
+        ("FLOWGATE_AUTH_RESOURCE", RESOURCE),
+        (
+            "FLOWGATE_AUTH_JWKS_URL",
+            "http://127.0.0.1:80@flowgate-evil.test/jwks",
+        ),
+    ]);
+    assert!(
+        stderr.contains("--auth-jwks-url") && stderr.contains("userinfo"),
+        "{stderr}"
+    );
 }
