@@ -47,6 +47,7 @@ pub fn outcome(error: Option<&EngineError>) -> &'static str {
         Some(EngineError::Throttled { .. }) => "throttled",
         Some(EngineError::Unavailable { .. }) => "unavailable",
         Some(EngineError::Timeout { .. }) => "timeout",
+        Some(EngineError::Misconfigured { .. }) => "misconfigured",
         Some(EngineError::Unsupported { .. }) => "unsupported",
         Some(_) => "error",
     }
