@@ -61,6 +61,9 @@ impl ToolSet {
                     )));
                 }
                 Ok(engine) => {
+                    // Every call of the tool's engine is traced and counted, in one place.
+                    let engine: Arc<dyn Engine> =
+                        Arc::new(flowgate_telemetry::Instrumented::new(engine, &spec.name));
                     let output = match spec.output_check() {
                         Ok(output) => output,
                         Err(e) => {

@@ -100,7 +100,7 @@ impl<E: Engine> Instrumented<E> {
             operation,
             tool = &*self.tool,
             retry = attempt > 1,
-            attempt,
+            attempt = i64::from(attempt),
             status = Empty,
             throttled = Empty,
             state = Empty,
@@ -217,7 +217,8 @@ impl<E: Engine> Engine for Instrumented<E> {
     }
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
-        self.observed("list", self.inner.list(filter), no_state).await
+        self.observed("list", self.inner.list(filter), no_state)
+            .await
     }
 }
 
@@ -252,15 +253,23 @@ mod tests {
             "flowgate_engine_call_duration_seconds_count{tool=\"etl\",engine=\"fake\",operation=\"get\"} 2",
             "flowgate_engine_retries_total{tool=\"etl\",engine=\"fake\",operation=\"get\"} 1",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
-        assert!(!text.contains("operation=\"start\"} 1\nflowgate_engine_retries"), "{text}");
+        assert!(
+            !text.contains("operation=\"start\"} 1\nflowgate_engine_retries"),
+            "{text}"
+        );
     }
 
     #[tokio::test]
     async fn the_decorator_changes_no_answer() {
         // The conformance suite every adapter passes, through the decorator.
-        use flowgate_core::conformance::{Case, Fixture, LoseNextStartAnswer, TransientReadFault, run_all};
+        use flowgate_core::conformance::{
+            Case, Fixture, LoseNextStartAnswer, TransientReadFault, run_all,
+        };
         let metrics = leak(Metrics::new());
         let fake = FakeEngine::new();
         let engine: Arc<dyn Engine> = Arc::new(Instrumented::with_metrics(
@@ -278,7 +287,9 @@ mod tests {
             failure: case(json!([{"work": 20}, {"fail": "Boom", "cause": "it broke"}])),
             expected_failure: "it broke".into(),
             slow: case(json!([{"work": 60_000}])),
-            asks: Some(case(json!([{"work": 20}, {"ask": "Name?"}, {"succeed": "$answer"}]))),
+            asks: Some(case(
+                json!([{"work": 20}, {"ask": "Name?"}, {"succeed": "$answer"}]),
+            )),
             answer: json!({"answer": "Alice"}),
             timeout: Duration::from_secs(10),
             lose_next_start_answer: Some(LoseNextStartAnswer(Arc::new({
@@ -291,6 +302,10 @@ mod tests {
             }))),
         };
         run_all(&fixture).await;
-        assert!(metrics.encode().contains("operation=\"cancel\",outcome=\"ok\"} "));
+        assert!(
+            metrics
+                .encode()
+                .contains("operation=\"cancel\",outcome=\"ok\"} ")
+        );
     }
 }

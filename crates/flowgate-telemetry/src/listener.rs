@@ -57,7 +57,9 @@ mod tests {
         let listener = bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address");
         let server = spawn(listener, metrics);
-        let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connect");
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         stream
             .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -71,7 +73,9 @@ mod tests {
             answer.contains("flowgate_auth_refusals_total{reason=\"unauthenticated\"} 1"),
             "{answer}"
         );
-        let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connect");
         stream
             .write_all(b"GET /mcp HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .await

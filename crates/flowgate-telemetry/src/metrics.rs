@@ -132,8 +132,9 @@ impl Metrics {
             "Engine calls (one per attempt) by tool, engine, operation and outcome",
             engine_calls.clone(),
         );
-        let engine_call_duration =
-            Family::<EngineOperation, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let engine_call_duration = Family::<EngineOperation, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
         registry.register_with_unit(
             "engine_call_duration",
             "How long engine calls took, by tool, engine and operation",
@@ -392,7 +393,9 @@ impl Metrics {
     pub fn reloaded(&self, result: Result<usize, ()>) {
         match result {
             Ok(tools) => {
-                self.reloads.get_or_create(&ReloadResult { result: "ok" }).inc();
+                self.reloads
+                    .get_or_create(&ReloadResult { result: "ok" })
+                    .inc();
                 self.last_reload_successful.set(1);
                 self.loaded(tools);
             }

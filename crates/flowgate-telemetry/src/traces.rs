@@ -39,8 +39,8 @@ const PROTOCOL_VARS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_PROTOCOL",
 ];
 
-/// The trace pipeline: a tracer provider exporting over OTLP.
-#[derive(Debug)]
+/// The trace pipeline: a tracer provider exporting over OTLP. Clones share it.
+#[derive(Debug, Clone)]
 pub struct Traces {
     provider: SdkTracerProvider,
     /// Where spans go, for the start-up log line.
@@ -50,13 +50,43 @@ pub struct Traces {
 }
 
 fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    std::env::var(name).ok()
 }
 
-fn first_var(names: &[&str]) -> Option<(String, String)> {
-    names
-        .iter()
-        .find_map(|n| var(n).map(|v| ((*n).to_owned(), v)))
+/// Where and how the variables `var` reads ask traces to go; `None` when they ask for none.
+fn wanted(var: impl Fn(&str) -> Option<String>) -> Result<Option<(String, Protocol)>, String> {
+    let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let first = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| var(n).map(|v| ((*n).to_owned(), v)))
+    };
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    match var("OTEL_TRACES_EXPORTER") {
+        Some(exporter) if exporter.trim() == "none" => return Ok(None),
+        Some(exporter) if exporter.trim() != "otlp" => {
+            return Err(format!(
+                "OTEL_TRACES_EXPORTER={exporter:?}: flowgate exports traces with otlp (or none)"
+            ));
+        }
+        _ => {}
+    }
+    let Some((_, endpoint)) = first(&ENDPOINT_VARS) else {
+        return Ok(None);
+    };
+    let protocol = match first(&PROTOCOL_VARS) {
+        None => Protocol::HttpBinary,
+        Some((_, p)) if p.trim() == "http/protobuf" => Protocol::HttpBinary,
+        Some((_, p)) if p.trim() == "grpc" => Protocol::Grpc,
+        Some((name, p)) => {
+            return Err(format!(
+                "{name}={p:?}: flowgate exports traces over http/protobuf or grpc"
+            ));
+        }
+    };
+    Ok(Some((endpoint, protocol)))
 }
 
 impl Traces {
@@ -65,32 +95,11 @@ impl Traces {
     /// Must be called within a Tokio runtime (the gRPC client's connection lives on it).
     ///
     /// # Errors
-    /// An unknown protocol or an endpoint the exporter cannot use, naming the variable.
+    /// An unknown protocol or exporter, or an endpoint the exporter cannot use, naming the
+    /// variable.
     pub fn from_env() -> Result<Option<Traces>, String> {
-        if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
-            || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim() == "none")
-        {
+        let Some((endpoint, protocol)) = wanted(var)? else {
             return Ok(None);
-        }
-        if let Some(exporter) = var("OTEL_TRACES_EXPORTER")
-            && exporter.trim() != "otlp"
-        {
-            return Err(format!(
-                "OTEL_TRACES_EXPORTER={exporter:?}: flowgate exports traces with otlp (or none)"
-            ));
-        }
-        let Some((_, endpoint)) = first_var(&ENDPOINT_VARS) else {
-            return Ok(None);
-        };
-        let protocol = match first_var(&PROTOCOL_VARS) {
-            None => Protocol::HttpBinary,
-            Some((_, p)) if p.trim() == "http/protobuf" => Protocol::HttpBinary,
-            Some((_, p)) if p.trim() == "grpc" => Protocol::Grpc,
-            Some((name, p)) => {
-                return Err(format!(
-                    "{name}={p:?}: flowgate exports traces over http/protobuf or grpc"
-                ));
-            }
         };
         let exporter = match protocol {
             Protocol::Grpc => {
@@ -265,6 +274,63 @@ mod tests {
     use super::*;
 
     #[test]
+    fn nothing_is_exported_without_an_endpoint_and_a_bad_setting_is_named() {
+        let vars = |pairs: &[(&str, &str)]| {
+            let map: std::collections::HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            move |name: &str| map.get(name).cloned()
+        };
+        assert_eq!(wanted(vars(&[])), Ok(None));
+        assert_eq!(
+            wanted(vars(&[
+                ("OTEL_SERVICE_NAME", "x"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", " ")
+            ])),
+            Ok(None)
+        );
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+        assert_eq!(
+            wanted(vars(&[endpoint])),
+            Ok(Some(("http://127.0.0.1:4318".into(), Protocol::HttpBinary)))
+        );
+        assert_eq!(
+            wanted(vars(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])),
+            Ok(Some(("http://127.0.0.1:4318".into(), Protocol::Grpc)))
+        );
+        // The traces' own variables come first.
+        assert_eq!(
+            wanted(vars(&[
+                endpoint,
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://collector:4317"
+                ),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+            ])),
+            Ok(Some(("http://collector:4317".into(), Protocol::Grpc)))
+        );
+        assert_eq!(
+            wanted(vars(&[endpoint, ("OTEL_SDK_DISABLED", "true")])),
+            Ok(None)
+        );
+        assert_eq!(
+            wanted(vars(&[endpoint, ("OTEL_TRACES_EXPORTER", "none")])),
+            Ok(None)
+        );
+        let e = wanted(vars(&[
+            endpoint,
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ]))
+        .expect_err("not built in");
+        assert!(e.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{e}");
+        let e = wanted(vars(&[endpoint, ("OTEL_TRACES_EXPORTER", "zipkin")])).expect_err("no");
+        assert!(e.contains("OTEL_TRACES_EXPORTER"), "{e}");
+    }
+
+    #[test]
     fn a_request_names_its_parent_by_header_or_meta() {
         let mut headers = http::HeaderMap::new();
         headers.insert(
@@ -361,7 +427,10 @@ mod tests {
         ) -> Result<(), flowgate_core::EngineError> {
             Ok(())
         }
-        async fn cancel(&self, _: &flowgate_core::ExecutionRef) -> Result<(), flowgate_core::EngineError> {
+        async fn cancel(
+            &self,
+            _: &flowgate_core::ExecutionRef,
+        ) -> Result<(), flowgate_core::EngineError> {
             Ok(())
         }
     }
@@ -381,20 +450,32 @@ mod tests {
         let _default = tracing::subscriber::set_default(subscriber);
 
         let engine = crate::Instrumented::with_metrics(Reporting::default(), "etl", None);
-        let request = tracing::info_span!(target: SPAN_TARGET, "request", otel.name = "tools/call etl");
+        let request =
+            tracing::info_span!(target: SPAN_TARGET, "request", otel.name = "tools/call etl");
         let mut headers = http::HeaderMap::new();
         headers.insert(
             "traceparent",
-            http::HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            http::HeaderValue::from_static(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
         );
-        set_parent(&request, remote_parent(Some(&headers), None).expect("parent"));
+        set_parent(
+            &request,
+            remote_parent(Some(&headers), None).expect("parent"),
+        );
         let started = {
             use tracing::Instrument as _;
             async {
                 let started = engine
-                    .start(flowgate_core::StartRequest::new("etl", serde_json::json!({}), "p"))
+                    .start(flowgate_core::StartRequest::new(
+                        "etl",
+                        serde_json::json!({}),
+                        "p",
+                    ))
                     .await;
-                let read = crate::attempt(2, engine.get(&flowgate_core::ExecutionRef("run-1".into()))).await;
+                let read =
+                    crate::attempt(2, engine.get(&flowgate_core::ExecutionRef("run-1".into())))
+                        .await;
                 assert!(read.is_err());
                 started
             }
@@ -434,9 +515,17 @@ mod tests {
         assert_eq!(attribute(get, "status").as_deref(), Some("throttled"));
         assert_eq!(attribute(get, "throttled").as_deref(), Some("true"));
         assert_eq!(attribute(get, "retry").as_deref(), Some("true"));
-        assert!(matches!(get.status, opentelemetry::trace::Status::Error { .. }));
+        assert!(matches!(
+            get.status,
+            opentelemetry::trace::Status::Error { .. }
+        ));
         // What the adapter was told of its trace is the start's own span (for X-Ray).
-        let seen = engine.inner().seen.lock().expect("lock").expect("a trace context");
+        let seen = engine
+            .inner()
+            .seen
+            .lock()
+            .expect("lock")
+            .expect("a trace context");
         assert_eq!(seen.trace_id, start.span_context.trace_id().to_bytes());
         assert_eq!(seen.span_id, start.span_context.span_id().to_bytes());
         assert!(seen.sampled);

@@ -55,6 +55,10 @@ pub(crate) struct ServeArgs {
     /// The HTTP listen address [default: 0.0.0.0:$PORT when PORT is set, else 127.0.0.1:8080].
     #[arg(long, env = env_vars::LISTEN)]
     pub(crate) listen: Option<String>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (a listener of their own, never
+    /// beside `/mcp`), e.g. `127.0.0.1:9464`.
+    #[arg(long, env = env_vars::METRICS_LISTEN)]
+    pub(crate) metrics_listen: Option<String>,
     /// Serve over stdin/stdout instead of HTTP.
     #[arg(long)]
     pub(crate) stdio: bool,

@@ -10,8 +10,10 @@ mod keys;
 mod lambda_identity;
 mod logging;
 mod policy;
+mod reload;
 mod serve;
 mod setup;
+mod telemetry;
 
 use clap::Parser;
 
