@@ -1,9 +1,10 @@
 //! Every engine call, traced and counted in one place: [`Instrumented`], a decorator the server
 //! puts around each tool's engine.
 //!
-//! Each call (each attempt, when the server retries) gets a span (`engine`, `operation`,
-//! `tool`, `status`, `throttled`, `retry`, and the task state a read found) whose parent is the
-//! request being served, and counts in `flowgate_engine_calls_total` and
+//! Each call (each attempt, when the server retries) gets a span (`flowgate.engine`,
+//! `flowgate.operation`, `flowgate.tool`, `flowgate.status`, `flowgate.throttled`,
+//! `flowgate.retry`, `flowgate.attempt`, and `flowgate.task.state` for a read) whose parent is
+//! the request being served, and counts in `flowgate_engine_calls_total` and
 //! `flowgate_engine_call_duration_seconds`. Adapters add what only they know through
 //! [`flowgate_core::observe`]: a throttled answer of the engine's API marks the call's span even
 //! when the adapter answered from what it had already read.
@@ -96,14 +97,14 @@ impl<E: Engine> Instrumented<E> {
             otel.kind = "client",
             otel.status_code = Empty,
             otel.status_description = Empty,
-            engine,
-            operation,
-            tool = &*self.tool,
-            retry = attempt > 1,
-            attempt = i64::from(attempt),
-            status = Empty,
-            throttled = Empty,
-            state = Empty,
+            flowgate.engine = engine,
+            flowgate.operation = operation,
+            flowgate.tool = &*self.tool,
+            flowgate.retry = attempt > 1,
+            flowgate.attempt = i64::from(attempt),
+            flowgate.status = Empty,
+            flowgate.throttled = Empty,
+            flowgate.task.state = Empty,
         );
         if span.is_disabled() && self.metrics.is_none() {
             return call.await;
@@ -131,16 +132,16 @@ fn record<T>(
     result: &Result<T, EngineError>,
     state: impl FnOnce(&T) -> Option<TaskState>,
 ) {
-    span.record("status", outcome);
+    span.record("flowgate.status", outcome);
     match result {
         Ok(value) => {
             if let Some(state) = state(value) {
-                span.record("state", state.as_str());
+                span.record("flowgate.task.state", state.as_str());
             }
         }
         Err(e) => {
             if matches!(e, EngineError::Throttled { .. }) {
-                span.record("throttled", true);
+                span.record("flowgate.throttled", true);
             }
             // A missing execution is an answer, not a fault of the call.
             if !e.is_not_found() {

@@ -10,10 +10,12 @@
 mod engine;
 pub mod listener;
 pub mod metrics;
+pub mod request;
 pub mod traces;
 
 pub use engine::{Instrumented, attempt, outcome};
 pub use metrics::Metrics;
+pub use request::{Request, RequestInfo};
 pub use traces::Traces;
 
 /// The target of the spans flowgate exports (MCP requests, engine calls): the trace pipeline
@@ -27,7 +29,7 @@ struct Observer;
 
 impl flowgate_core::observe::Observer for Observer {
     fn throttled(&self, engine: &'static str) {
-        tracing::Span::current().record("throttled", true);
+        tracing::Span::current().record("flowgate.throttled", true);
         if let Some(metrics) = metrics::get() {
             metrics.engine_throttled(engine);
         }

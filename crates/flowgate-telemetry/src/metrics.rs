@@ -82,6 +82,12 @@ struct Reason {
 struct Request {
     method: &'static str,
     outcome: &'static str,
+    code: Option<i64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Method {
+    method: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -110,6 +116,7 @@ pub struct Metrics {
     poll_interval: Family<ToolOnly, Gauge<f64, AtomicU64>>,
     auth_refusals: Family<Reason, Counter>,
     requests: Family<Request, Counter>,
+    request_duration: Family<Method, Histogram>,
     reloads: Family<ReloadResult, Counter>,
     last_reload_successful: Gauge,
     last_reload_success_time: Gauge<f64, AtomicU64>,
@@ -199,8 +206,17 @@ impl Metrics {
         let requests = Family::<Request, Counter>::default();
         registry.register(
             "mcp_requests",
-            "MCP requests answered, by method and outcome (ok, or the error)",
+            "MCP requests answered, by method, outcome (ok, error) and JSON-RPC error code",
             requests.clone(),
+        );
+        let request_duration = Family::<Method, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register_with_unit(
+            "mcp_request_duration",
+            "How long MCP requests took to answer, by method",
+            Unit::Seconds,
+            request_duration.clone(),
         );
         let reloads = Family::<ReloadResult, Counter>::default();
         registry.register(
@@ -250,6 +266,7 @@ impl Metrics {
             poll_interval,
             auth_refusals,
             requests,
+            request_duration,
             reloads,
             last_reload_successful,
             last_reload_success_time,
@@ -376,11 +393,19 @@ impl Metrics {
         self.auth_refusals.get_or_create(&Reason { reason }).inc();
     }
 
-    /// An MCP request answered (`outcome`: `ok`, or what went wrong).
-    pub fn request(&self, method: &'static str, outcome: &'static str) {
+    /// An MCP request answered, with a JSON-RPC error `code` or not, after `took`.
+    pub fn request(&self, method: &'static str, code: Option<i64>, took: Duration) {
+        let outcome = if code.is_some() { "error" } else { "ok" };
         self.requests
-            .get_or_create(&Request { method, outcome })
+            .get_or_create(&Request {
+                method,
+                outcome,
+                code,
+            })
             .inc();
+        self.request_duration
+            .get_or_create(&Method { method })
+            .observe(took.as_secs_f64());
     }
 
     /// The tool set being served: `tools` tools, loaded now.
@@ -447,6 +472,8 @@ mod tests {
         metrics.task_get("etl", Some(Duration::from_millis(1500)));
         metrics.auth_refused("invalid_token");
         metrics.reloaded(Err(()));
+        metrics.request("tasks/get", Some(-32602), Duration::from_millis(2));
+        metrics.request("tasks/get", None, Duration::from_millis(2));
         let text = metrics.encode();
         for line in [
             "flowgate_engine_calls_total{tool=\"etl\",engine=\"local\",operation=\"get\",outcome=\"ok\"} 1",
@@ -461,6 +488,9 @@ mod tests {
             "flowgate_auth_refusals_total{reason=\"invalid_token\"} 1",
             "flowgate_manifest_reloads_total{result=\"error\"} 1",
             "flowgate_manifest_last_reload_successful 0",
+            "flowgate_mcp_requests_total{method=\"tasks/get\",outcome=\"error\",code=\"-32602\"} 1",
+            "flowgate_mcp_requests_total{method=\"tasks/get\",outcome=\"ok\",code=\"\"} 1",
+            "flowgate_mcp_request_duration_seconds_count{method=\"tasks/get\"} 2",
             "# UNIT flowgate_engine_call_duration_seconds seconds",
             "# TYPE flowgate_engine_calls counter",
         ] {

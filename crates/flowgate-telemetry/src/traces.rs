@@ -504,17 +504,29 @@ mod tests {
             assert_eq!(call.span_context.trace_id().to_string(), trace);
             assert_eq!(call.parent_span_id, request.span_context.span_id());
             assert_eq!(call.span_kind, opentelemetry::trace::SpanKind::Client);
-            assert_eq!(attribute(call, "engine").as_deref(), Some("reporting"));
-            assert_eq!(attribute(call, "tool").as_deref(), Some("etl"));
+            assert_eq!(
+                attribute(call, "flowgate.engine").as_deref(),
+                Some("reporting")
+            );
+            assert_eq!(attribute(call, "flowgate.tool").as_deref(), Some("etl"));
         }
         // The adapter's throttled answer marks the start, which itself succeeded.
-        assert_eq!(attribute(start, "status").as_deref(), Some("ok"));
-        assert_eq!(attribute(start, "throttled").as_deref(), Some("true"));
-        assert_eq!(attribute(start, "retry").as_deref(), Some("false"));
+        assert_eq!(attribute(start, "flowgate.status").as_deref(), Some("ok"));
+        assert_eq!(
+            attribute(start, "flowgate.throttled").as_deref(),
+            Some("true")
+        );
+        assert_eq!(attribute(start, "flowgate.retry").as_deref(), Some("false"));
         // The read was throttled, and it was a retry.
-        assert_eq!(attribute(get, "status").as_deref(), Some("throttled"));
-        assert_eq!(attribute(get, "throttled").as_deref(), Some("true"));
-        assert_eq!(attribute(get, "retry").as_deref(), Some("true"));
+        assert_eq!(
+            attribute(get, "flowgate.status").as_deref(),
+            Some("throttled")
+        );
+        assert_eq!(
+            attribute(get, "flowgate.throttled").as_deref(),
+            Some("true")
+        );
+        assert_eq!(attribute(get, "flowgate.retry").as_deref(), Some("true"));
         assert!(matches!(
             get.status,
             opentelemetry::trace::Status::Error { .. }
