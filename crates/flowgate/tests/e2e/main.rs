@@ -24,3 +24,4 @@ mod stdio;
 mod stepfunctions;
 mod support;
 mod task_headers;
+mod telemetry;
