@@ -457,3 +457,43 @@ async fn api_gateway_jwt_and_lambda_authorizer_contexts_name_the_caller() {
         .await;
     assert_eq!(nameless["statusCode"], 401, "{nameless}");
 }
+
+#[tokio::test]
+async fn each_invocations_spans_are_exported_before_it_answers() {
+    // A batch that would wait ten minutes: only the flush at the end of the invocation can
+    // have exported the spans by the time the answer arrives.
+    let state = tempfile::tempdir().expect("tempdir");
+    let service = crate::telemetry::unique("flowgate-lambda");
+    let endpoint = crate::telemetry::otlp_http();
+    let mut function = Function::start_with(
+        state.path(),
+        &[
+            ("FLOWGATE_AUTH_MODE", "aws-iam"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_SERVICE_NAME", &service),
+            ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+        ],
+    )
+    .await;
+    let created = function
+        .invoke(
+            "tools/call",
+            "long_job",
+            json!({"name": "long_job", "arguments": {"steps": 1}}),
+        )
+        .await;
+    assert!(created["result"]["taskId"].is_string(), "{created}");
+    let spans = crate::telemetry::spans(&service).await;
+    let start = spans
+        .iter()
+        .find(|s| s["name"] == "local start")
+        .unwrap_or_else(|| panic!("the invocation's spans were not exported: {spans:#?}"));
+    let call = spans
+        .iter()
+        .find(|s| s["name"] == "tools/call long_job")
+        .unwrap_or_else(|| panic!("no request span: {spans:#?}"));
+    assert_eq!(start["parent_span_id"], call["span_id"]);
+    // The caller's issuer is on the request's span; its identity (the ARN) is not.
+    assert_eq!(call["attributes"]["flowgate.principal.issuer"], "aws:iam");
+    assert!(!spans.iter().any(|s| s.to_string().contains(CALLER)), "{spans:#?}");
+}

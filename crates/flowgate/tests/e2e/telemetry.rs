@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::support::{KEY, Server, bin, free_port};
 
 /// The receiver's HTTP address (OTLP/HTTP at `/v1/traces`, the spans at `/spans`).
-fn otlp_http() -> String {
+pub(crate) fn otlp_http() -> String {
     std::env::var("FLOWGATE_TEST_OTLP_URL").unwrap_or_else(|_| {
         panic!(
             "FLOWGATE_TEST_OTLP_URL is not set: these tests need the OTLP receiver scripts/test \
@@ -30,7 +30,7 @@ fn otlp_grpc() -> String {
 }
 
 /// A name no other test (or earlier run) uses: each server exports under its own service name.
-fn unique(name: &str) -> String {
+pub(crate) fn unique(name: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -52,7 +52,7 @@ fn client_trace() -> (String, String) {
 }
 
 /// Every span the receiver holds for `service`.
-async fn spans(service: &str) -> Vec<Value> {
+pub(crate) async fn spans(service: &str) -> Vec<Value> {
     let url = format!("{}/spans?service={service}", otlp_http());
     reqwest::get(&url)
         .await
