@@ -90,6 +90,10 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         "serve Prometheus metrics at http://ADDR/metrics (its own listener)",
     ),
     (
+        WATCH,
+        "true: reload the manifest when its files change (SIGHUP always does)",
+    ),
+    (
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "export traces over OTLP to this collector (off when unset)",
     ),
@@ -163,3 +167,4 @@ pub(crate) const AUTH_ALLOWED: &str = "FLOWGATE_AUTH_ALLOWED";
 pub(crate) const AUTH_UNTYPED_ACCESS_TOKENS: &str = "FLOWGATE_AUTH_UNTYPED_ACCESS_TOKENS";
 pub(crate) const AUTH_KEYS_REFRESH_SECS: &str = "FLOWGATE_AUTH_KEYS_REFRESH_SECS";
 pub(crate) const METRICS_LISTEN: &str = "FLOWGATE_METRICS_LISTEN";
+pub(crate) const WATCH: &str = "FLOWGATE_WATCH";
