@@ -62,6 +62,9 @@ impl ToolSet {
                 }
                 Ok(engine) => {
                     // Every call of the tool's engine is traced and counted, in one place.
+                    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+                        metrics.tool_engine(&spec.name, engine.kind());
+                    }
                     let engine: Arc<dyn Engine> =
                         Arc::new(flowgate_telemetry::Instrumented::new(engine, &spec.name));
                     let output = match spec.output_check() {

@@ -15,7 +15,7 @@ pub mod traces;
 
 pub use engine::{Instrumented, attempt, outcome};
 pub use metrics::Metrics;
-pub use request::{Request, RequestInfo};
+pub use request::{Ended, Request, RequestInfo};
 pub use traces::Traces;
 
 /// The target of the spans flowgate exports (MCP requests, engine calls): the trace pipeline

@@ -8,8 +8,9 @@
 //! The process keeps one [`Metrics`], made by [`enable`] when `--metrics-listen` is given;
 //! until then [`get`] is `None` and nothing is counted (an `Option` check on each event).
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -121,6 +122,8 @@ pub struct Metrics {
     last_reload_successful: Gauge,
     last_reload_success_time: Gauge<f64, AtomicU64>,
     tools: Gauge,
+    /// Each tool's engine, for the task events (which name only the tool).
+    engines: RwLock<HashMap<ToolName, &'static str>>,
 }
 
 impl Default for Metrics {
@@ -206,7 +209,7 @@ impl Metrics {
         let requests = Family::<Request, Counter>::default();
         registry.register(
             "mcp_requests",
-            "MCP requests answered, by method, outcome (ok, error) and JSON-RPC error code",
+            "MCP requests answered, by method, outcome (ok, error, refused) and JSON-RPC error code",
             requests.clone(),
         );
         let request_duration = Family::<Method, Histogram>::new_with_constructor(
@@ -271,6 +274,7 @@ impl Metrics {
             last_reload_successful,
             last_reload_success_time,
             tools,
+            engines: RwLock::default(),
         }
     }
 
@@ -326,42 +330,58 @@ impl Metrics {
             .inc();
     }
 
-    /// An execution started.
-    pub fn task_started(&self, tool: &str, engine: &'static str) {
-        self.tasks_started
-            .get_or_create(&TaskOf {
-                tool: tool.into(),
-                engine,
-            })
-            .inc();
+    /// `tool` runs on `engine` (the task events name only the tool). A tool a reload removed
+    /// keeps its engine: its tasks still answer.
+    pub fn tool_engine(&self, tool: &str, engine: &'static str) {
+        let mut engines = self.engines.write().unwrap_or_else(|p| p.into_inner());
+        if engines.get(tool) != Some(&engine) {
+            engines.insert(tool.into(), engine);
+        }
     }
 
-    /// Answers delivered to an execution.
-    pub fn task_answered(&self, tool: &str, engine: &'static str) {
-        self.tasks_answered
-            .get_or_create(&TaskOf {
-                tool: tool.into(),
+    /// `tool`, shared, and its engine.
+    fn task_of(&self, tool: &str) -> TaskOf {
+        let engines = self.engines.read().unwrap_or_else(|p| p.into_inner());
+        match engines.get_key_value(tool) {
+            Some((name, engine)) => TaskOf {
+                tool: Arc::clone(name),
                 engine,
-            })
-            .inc();
+            },
+            None => TaskOf {
+                tool: tool.into(),
+                engine: "unknown",
+            },
+        }
     }
 
-    /// A cancellation the engine accepted.
-    pub fn task_cancelled(&self, tool: &str, engine: &'static str, reason: &'static str) {
+    /// An execution started for `tool`.
+    pub fn task_started(&self, tool: &str) {
+        self.tasks_started.get_or_create(&self.task_of(tool)).inc();
+    }
+
+    /// Answers delivered to an execution of `tool`.
+    pub fn task_answered(&self, tool: &str) {
+        self.tasks_answered.get_or_create(&self.task_of(tool)).inc();
+    }
+
+    /// A cancellation the engine accepted (`reason`: `client`, `hung_up`, `sync_wait`).
+    pub fn task_cancelled(&self, tool: &str, reason: &'static str) {
+        let TaskOf { tool, engine } = self.task_of(tool);
         self.tasks_cancelled
             .get_or_create(&TaskCancelled {
-                tool: tool.into(),
+                tool,
                 engine,
                 reason,
             })
             .inc();
     }
 
-    /// An execution seen in a terminal state for the first time.
-    pub fn task_finished(&self, tool: &str, engine: &'static str, state: &'static str) {
+    /// An execution of `tool` seen in a terminal `state` for the first time.
+    pub fn task_finished(&self, tool: &str, state: &'static str) {
+        let TaskOf { tool, engine } = self.task_of(tool);
         self.tasks_finished
             .get_or_create(&TaskFinished {
-                tool: tool.into(),
+                tool,
                 engine,
                 state,
             })
@@ -393,9 +413,15 @@ impl Metrics {
         self.auth_refusals.get_or_create(&Reason { reason }).inc();
     }
 
-    /// An MCP request answered, with a JSON-RPC error `code` or not, after `took`.
-    pub fn request(&self, method: &'static str, code: Option<i64>, took: Duration) {
-        let outcome = if code.is_some() { "error" } else { "ok" };
+    /// An MCP request answered (`outcome`: `ok`, `error` with its JSON-RPC `code`, `refused`),
+    /// after `took`.
+    pub fn request(
+        &self,
+        method: &'static str,
+        outcome: &'static str,
+        code: Option<i64>,
+        took: Duration,
+    ) {
         self.requests
             .get_or_create(&Request {
                 method,
@@ -467,13 +493,14 @@ mod tests {
         metrics.engine_call(&tool, "local", "get", "ok", Duration::from_millis(3));
         metrics.engine_retry(&tool, "local", "start");
         metrics.engine_throttled("stepfunctions");
-        metrics.task_started("etl", "local");
-        metrics.task_finished("etl", "local", "completed");
+        metrics.tool_engine("etl", "local");
+        metrics.task_started("etl");
+        metrics.task_finished("etl", "completed");
         metrics.task_get("etl", Some(Duration::from_millis(1500)));
         metrics.auth_refused("invalid_token");
         metrics.reloaded(Err(()));
-        metrics.request("tasks/get", Some(-32602), Duration::from_millis(2));
-        metrics.request("tasks/get", None, Duration::from_millis(2));
+        metrics.request("tasks/get", "error", Some(-32602), Duration::from_millis(2));
+        metrics.request("tasks/get", "ok", None, Duration::from_millis(2));
         let text = metrics.encode();
         for line in [
             "flowgate_engine_calls_total{tool=\"etl\",engine=\"local\",operation=\"get\",outcome=\"ok\"} 1",

@@ -66,8 +66,12 @@ pub struct Request {
 }
 
 impl Request {
-    /// The request's span (disabled when traces are off), with `parent` as its parent.
-    pub fn begin(info: RequestInfo<'_>, parent: Option<opentelemetry::Context>) -> Request {
+    /// The request's span (disabled when traces are off), whose parent `parent` finds (asked
+    /// only when the span is recorded).
+    pub fn begin(
+        info: RequestInfo<'_>,
+        parent: impl FnOnce() -> Option<opentelemetry::Context>,
+    ) -> Request {
         let method = method_label(info.method);
         let span = tracing::info_span!(
             target: SPAN_TARGET,
@@ -91,8 +95,8 @@ impl Request {
             error.r#type = Empty,
             rpc.response.status_code = Empty,
         );
-        if let Some(parent) = parent
-            && !span.is_disabled()
+        if !span.is_disabled()
+            && let Some(parent) = parent()
         {
             crate::traces::set_parent(&span, parent);
         }
@@ -109,26 +113,57 @@ impl Request {
         &self.span
     }
 
-    /// The request was answered: with a JSON-RPC error `code`, or not (`None`).
-    pub fn end(self, code: Option<i64>) {
+    /// The request was answered, as `ended` says.
+    pub fn end(self, ended: Ended) {
+        let code = match ended {
+            Ended::Error(code) => Some(code),
+            _ => None,
+        };
         if !self.span.is_disabled() {
-            match code {
-                None => {
+            match ended {
+                Ended::Ok => {
                     self.span.record("flowgate.outcome", "ok");
                 }
-                Some(code) => {
+                Ended::Error(code) => {
                     let code = code.to_string();
                     self.span.record("flowgate.outcome", "error");
                     self.span.record("error.type", code.as_str());
                     self.span.record("rpc.response.status_code", code.as_str());
                     self.span.record("otel.status_code", "error");
                 }
+                Ended::Refused(status) => {
+                    let status = status.to_string();
+                    self.span.record("flowgate.outcome", "refused");
+                    self.span.record("error.type", status.as_str());
+                    self.span.record("otel.status_code", "error");
+                }
             }
         }
         if let (Some(metrics), Some(began)) = (crate::metrics::get(), self.began) {
-            metrics.request(self.method, code, began.elapsed());
+            let outcome = match ended {
+                Ended::Ok => "ok",
+                Ended::Error(_) => "error",
+                Ended::Refused(_) => "refused",
+            };
+            metrics.request(self.method, outcome, code, began.elapsed());
         }
     }
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// With a result (a tool error included: that is the tool's answer, not the request's).
+    Ok,
+    /// With a JSON-RPC error of this code.
+    Error(i64),
+    /// Refused by the transport with this HTTP status and no JSON-RPC error (a scope it lacks).
+    Refused(u16),
+}
+
+/// Whether requests are traced or counted at all (when not, the transports skip the work).
+pub fn active() -> bool {
+    crate::metrics::get().is_some() || tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO)
 }
 
 /// Names the tool the current request works for (a `tasks/*` request, once its handle is open).

@@ -223,26 +223,24 @@ impl Extractor for Meta<'_> {
     }
 }
 
-/// The remote parent a request names: its `traceparent` (and `tracestate`) HTTP headers, else
-/// the same keys in its `params._meta` (SEP-414, for transports without headers). `None` when
-/// neither holds a valid one.
+/// The remote parent a request names: `traceparent` (and `tracestate`) in its `params._meta`
+/// (SEP-414: the MCP message's own context, on every transport), else its HTTP headers. `None`
+/// when neither holds a valid one.
 pub fn remote_parent(
-    headers: Option<&http::HeaderMap>,
     meta: Option<&serde_json::Map<String, serde_json::Value>>,
+    headers: Option<&http::HeaderMap>,
 ) -> Option<opentelemetry::Context> {
     let propagator = TraceContextPropagator::new();
     let valid = |cx: opentelemetry::Context| cx.span().span_context().is_valid().then_some(cx);
-    if let Some(headers) = headers
-        && headers.contains_key("traceparent")
+    if let Some(meta) = meta
+        && meta.contains_key("traceparent")
+        && let Some(cx) = valid(propagator.extract(&Meta(meta)))
     {
-        let cx = propagator.extract(&Headers(headers));
-        if let Some(cx) = valid(cx) {
-            return Some(cx);
-        }
+        return Some(cx);
     }
-    let meta = meta?;
-    meta.get("traceparent")?;
-    valid(propagator.extract(&Meta(meta)))
+    let headers = headers?;
+    headers.get("traceparent")?;
+    valid(propagator.extract(&Headers(headers)))
 }
 
 /// Makes `parent` the parent of `span` (a request's span, before it is entered).
@@ -339,7 +337,7 @@ mod tests {
                 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
             ),
         );
-        let parent = remote_parent(Some(&headers), None).expect("a parent");
+        let parent = remote_parent(None, Some(&headers)).expect("a parent");
         assert_eq!(
             parent.span().span_context().trace_id().to_string(),
             "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -348,19 +346,24 @@ mod tests {
             "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
             "tracestate": "vendor=1",
         });
-        let parent = remote_parent(None, meta.as_object()).expect("a parent from _meta");
+        let parent = remote_parent(meta.as_object(), None).expect("a parent from _meta");
         assert_eq!(
             parent.span().span_context().span_id().to_string(),
             "b7ad6b7169203331"
         );
-        // The header wins over _meta; garbage in either is no parent.
-        let both = remote_parent(Some(&headers), meta.as_object()).expect("a parent");
+        // _meta wins over the header; garbage in _meta falls back to the header.
+        let both = remote_parent(meta.as_object(), Some(&headers)).expect("a parent");
         assert_eq!(
             both.span().span_context().trace_id().to_string(),
-            "4bf92f3577b34da6a3ce929d0e0e4736"
+            "0af7651916cd43dd8448eb211c80319c"
         );
         let bad = serde_json::json!({"traceparent": "00-zz-yy-01"});
-        assert!(remote_parent(None, bad.as_object()).is_none());
+        assert!(remote_parent(bad.as_object(), None).is_none());
+        let fallback = remote_parent(bad.as_object(), Some(&headers)).expect("the header");
+        assert_eq!(
+            fallback.span().span_context().trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
         assert!(remote_parent(None, None).is_none());
     }
 
@@ -461,7 +464,7 @@ mod tests {
         );
         set_parent(
             &request,
-            remote_parent(Some(&headers), None).expect("parent"),
+            remote_parent(None, Some(&headers)).expect("parent"),
         );
         let started = {
             use tracing::Instrument as _;

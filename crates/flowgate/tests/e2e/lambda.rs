@@ -495,5 +495,8 @@ async fn each_invocations_spans_are_exported_before_it_answers() {
     assert_eq!(start["parent_span_id"], call["span_id"]);
     // The caller's issuer is on the request's span; its identity (the ARN) is not.
     assert_eq!(call["attributes"]["flowgate.principal.issuer"], "aws:iam");
-    assert!(!spans.iter().any(|s| s.to_string().contains(CALLER)), "{spans:#?}");
+    assert!(
+        !spans.iter().any(|s| s.to_string().contains(CALLER)),
+        "{spans:#?}"
+    );
 }
