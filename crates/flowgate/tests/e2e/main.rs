@@ -18,6 +18,7 @@ mod lambda;
 mod local_engine;
 mod oauth;
 mod protocol_edges;
+mod reload;
 mod restart;
 mod safe_defaults;
 mod stdio;

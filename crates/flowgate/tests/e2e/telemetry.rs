@@ -94,7 +94,12 @@ fn manifest(dir: &Path, seconds: f32) -> std::path::PathBuf {
 }
 
 /// One 2026-07-28 JSON-RPC request with the task extension, and extra headers; the answer.
-async fn rpc(url: &str, method: &str, params: Value, headers: &[(&str, String)]) -> Value {
+pub(crate) async fn rpc(
+    url: &str,
+    method: &str,
+    params: Value,
+    headers: &[(&str, String)],
+) -> Value {
     let mut params = params;
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
