@@ -48,6 +48,14 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         LAMBDA_RUNTIME_API,
         "set by AWS Lambda: serve Lambda events instead of HTTP",
     ),
+    (
+        LAMBDA_INVOKE_MODE,
+        "the Function URL's InvokeMode: BUFFERED (default) or RESPONSE_STREAM",
+    ),
+    (
+        REQUEST_TIMEOUT_SECS,
+        "the platform's request timeout (Cloud Run's timeoutSeconds): held requests end before it",
+    ),
     (CLOUD_RUN_SERVICE, "set by Cloud Run"),
     (
         AUTH_ISSUER,
@@ -156,6 +164,8 @@ pub(crate) const HANDLE_KEYS_SECRET: &str = "FLOWGATE_HANDLE_KEYS_SECRET";
 pub(crate) const LOG: &str = "FLOWGATE_LOG";
 pub(crate) const LOG_FORMAT: &str = "FLOWGATE_LOG_FORMAT";
 pub(crate) const LAMBDA_RUNTIME_API: &str = "AWS_LAMBDA_RUNTIME_API";
+pub(crate) const LAMBDA_INVOKE_MODE: &str = "FLOWGATE_LAMBDA_INVOKE_MODE";
+pub(crate) const REQUEST_TIMEOUT_SECS: &str = "FLOWGATE_REQUEST_TIMEOUT_SECS";
 pub(crate) const CLOUD_RUN_SERVICE: &str = "K_SERVICE";
 pub(crate) const AUTH_ISSUER: &str = "FLOWGATE_AUTH_ISSUER";
 pub(crate) const AUTH_RESOURCE: &str = "FLOWGATE_AUTH_RESOURCE";

@@ -4,11 +4,15 @@
 mod auth;
 mod cli;
 mod env_vars;
+mod held_result;
 mod helpers;
 mod keys;
 #[cfg(feature = "lambda")]
 mod lambda_identity;
+#[cfg(feature = "lambda")]
+mod lambda_payload;
 mod logging;
+mod platform_deadline;
 mod policy;
 mod reload;
 mod serve;
@@ -18,7 +22,14 @@ mod telemetry;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
+    // Lambda starts a custom runtime's `bootstrap` without arguments: that means `serve`.
+    let cli = if std::env::args_os().len() == 1
+        && std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some()
+    {
+        cli::Cli::parse_from(["flowgate", "serve"])
+    } else {
+        cli::Cli::parse()
+    };
     match cli.command {
         cli::Command::Serve(args) => serve::run(args),
         cli::Command::Check { manifest } => setup::check(&manifest),

@@ -71,6 +71,28 @@ fn allowed_origins(entries: &[String]) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// How long before the platform's request timeout a synchronous wait gives up, leaving time
+/// to stop the execution and answer.
+const TIMEOUT_MARGIN: Duration = Duration::from_secs(2);
+
+/// The synchronous wait, shortened to end before the platform's request timeout (a request
+/// the platform ends gets no answer, and its execution would run on unheld).
+fn sync_wait_within(sync_wait: Duration, request_timeout: Option<Duration>) -> Duration {
+    match request_timeout {
+        Some(timeout) if timeout.saturating_sub(TIMEOUT_MARGIN) < sync_wait => {
+            let capped = timeout
+                .saturating_sub(TIMEOUT_MARGIN)
+                .max(Duration::from_secs(1));
+            tracing::info!(
+                sync_wait_secs = capped.as_secs(),
+                "the synchronous wait ends before the request timeout"
+            );
+            capped
+        }
+        _ => sync_wait,
+    }
+}
+
 /// How often finished local runs past their ttl are removed (also once at start).
 #[cfg(feature = "local")]
 const EXPIRY_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
@@ -119,8 +141,19 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
             return ExitCode::FAILURE;
         }
     };
+    let request_timeout = match crate::platform_deadline::request_timeout(
+        std::env::var(env_vars::REQUEST_TIMEOUT_SECS)
+            .ok()
+            .as_deref(),
+    ) {
+        Ok(timeout) => timeout,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = ServerOptions {
-        sync_wait: Duration::from_secs(args.sync_wait_secs),
+        sync_wait: sync_wait_within(Duration::from_secs(args.sync_wait_secs), request_timeout),
     };
     let tool_count = tools.iter().count();
     if let Some(metrics) = flowgate_telemetry::metrics::get() {
@@ -183,6 +216,24 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
         };
         return serve_lambda(app, tool_count).await;
     }
+    // Cloud Run ends a request after the service's timeoutSeconds: holds end before it.
+    let app = match request_timeout {
+        Some(timeout) => app
+            .layer(axum::middleware::from_fn_with_state(
+                crate::held_result::HoldPolicy {
+                    end_at_question: false,
+                },
+                crate::held_result::hold_within_deadline,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                (
+                    crate::platform_deadline::DeadlineSource::RequestTimeout(timeout),
+                    crate::platform_deadline::PlatformDeadline as fn(_) -> _,
+                ),
+                crate::platform_deadline::with_deadline,
+            )),
+        None => app,
+    };
     let listener = match tokio::net::TcpListener::bind(&listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -225,8 +276,46 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
 
 #[cfg(feature = "lambda")]
 async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
-    tracing::info!(tools = tool_count, "serving MCP as an AWS Lambda function");
-    match lambda_http::run(app).await {
+    use crate::lambda_payload::{InvokeMode, keep_within_limit};
+    let mode = match InvokeMode::parse(std::env::var(env_vars::LAMBDA_INVOKE_MODE).ok().as_deref())
+    {
+        Ok(mode) => mode,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    use crate::platform_deadline::{DeadlineSource, PlatformDeadline, with_deadline};
+    // Layers run outside in: the payload limit, then the invocation's deadline, then the
+    // held tasks/result (which reads the deadline), then the server.
+    let hold = crate::held_result::HoldPolicy {
+        // A buffered response reaches the client only when it ends: a question must end it.
+        end_at_question: mode == InvokeMode::Buffered,
+    };
+    let app = app
+        .layer(axum::middleware::from_fn_with_state(
+            hold,
+            crate::held_result::hold_within_deadline,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            (
+                DeadlineSource::LambdaInvocation,
+                PlatformDeadline as fn(_) -> _,
+            ),
+            with_deadline,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            mode,
+            keep_within_limit,
+        ));
+    tracing::info!(tools = tool_count, invoke_mode = ?mode, "serving MCP as an AWS Lambda function");
+    let served = match mode {
+        InvokeMode::Buffered => lambda_http::run(app).await,
+        // The body reaches the client as it is written (a Function URL in RESPONSE_STREAM
+        // mode): server-sent events flow while a request holds.
+        InvokeMode::ResponseStream => lambda_http::run_with_streaming_response(app).await,
+    };
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("flowgate: lambda runtime: {e}");
@@ -267,6 +356,15 @@ async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::{allowed_origins, listen_address};
+
+    #[test]
+    fn the_synchronous_wait_fits_the_request_timeout() {
+        use std::time::Duration;
+        let s = Duration::from_secs;
+        assert_eq!(super::sync_wait_within(s(60), None), s(60));
+        assert_eq!(super::sync_wait_within(s(30), Some(s(300))), s(30));
+        assert_eq!(super::sync_wait_within(s(60), Some(s(10))), s(8));
+    }
 
     #[test]
     fn an_explicit_address_wins() {

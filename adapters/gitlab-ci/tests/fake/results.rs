@@ -185,7 +185,7 @@ async fn an_invalid_configuration_is_an_operator_error_or_a_failed_pipeline() {
         .await
         .expect_err("GitLab refuses it");
     assert!(
-        matches!(err, flowgate_core::EngineError::Denied { .. }),
+        matches!(err, flowgate_core::EngineError::Misconfigured { .. }),
         "{err:?}"
     );
     assert!(

@@ -216,7 +216,7 @@ async fn pipeline_inputs_keep_their_types_and_bad_ones_are_refused() {
     let every = fake.engine("inputs", json!({}));
     let request = StartRequest::new("t", json!({"environment": "staging", "colour": "red"}), "p");
     let err = every.start(request).await.expect_err("undeclared input");
-    assert!(matches!(err, EngineError::Denied { .. }), "{err:?}");
+    assert!(matches!(err, EngineError::Misconfigured { .. }), "{err:?}");
     assert!(
         err.to_string().contains("unknown input arguments: colour"),
         "{err}"

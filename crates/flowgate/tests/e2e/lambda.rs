@@ -1,262 +1,344 @@
-//! The binary in Lambda mode, driven by a local Lambda Runtime API that hands it Function URL
-//! events, exactly as Lambda does: `GET .../invocation/next`, then `POST .../response`.
+//! The binary in Lambda mode, run by the Lambda emulator (tests/fakes/lambda/emulator.py) as
+//! Lambda runs a custom runtime: sandboxes polling the Runtime API, invocation deadlines after
+//! which the sandbox is killed and started cold, a Function URL (payload format 2.0, SigV4 for
+//! AWS_IAM) in front, and the Invoke API for API Gateway's events.
 
-use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::{Mutex as AsyncMutex, mpsc, oneshot};
 
 use crate::support::{KEY, bin};
 
-const HOST: &str = "abc123.lambda-url.us-east-1.on.aws";
+/// The Function URL's host (the emulator's default).
+const HOST: &str = "abc123xyz.lambda-url.us-east-1.on.aws";
+
+/// The IAM role every test call is signed by, unless a test says otherwise.
+const CALLER: &str = "arn:aws:sts::123456789012:assumed-role/mcp-client/session-1";
+/// Another principal allowed to invoke the URL.
+const OTHER: &str = "arn:aws:iam::123456789012:user/someone-else";
 
 /// The binary under test: the test build, or another build (a release binary about to ship)
 /// when `FLOWGATE_RELEASE_BIN` names it.
-fn function_bin() -> std::path::PathBuf {
+fn function_bin() -> PathBuf {
     std::env::var_os("FLOWGATE_RELEASE_BIN")
         .map(Into::into)
         .unwrap_or_else(bin)
 }
 
-/// Invocations waiting to be handed out: (request id, event).
-type Queue = mpsc::Receiver<(String, Value)>;
-
-#[derive(Clone, Default)]
-struct Runtime {
-    events: Arc<AsyncMutex<Option<Queue>>>,
-    waiting: Arc<Mutex<HashMap<String, oneshot::Sender<Value>>>>,
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-async fn next(State(rt): State<Runtime>) -> (HeaderMap, String) {
-    let mut guard = rt.events.lock().await;
-    let Some(rx) = guard.as_mut() else {
-        return (HeaderMap::new(), String::new());
-    };
-    let Some((id, event)) = rx.recv().await else {
-        return (HeaderMap::new(), String::new());
-    };
-    let mut headers = HeaderMap::new();
-    let deadline = chrono::Utc::now().timestamp_millis() + 30_000;
-    let insert = |h: &mut HeaderMap, k: &'static str, v: String| {
-        h.insert(k, HeaderValue::from_str(&v).expect("header"));
-    };
-    insert(&mut headers, "lambda-runtime-aws-request-id", id);
-    insert(
-        &mut headers,
-        "lambda-runtime-deadline-ms",
-        deadline.to_string(),
-    );
-    insert(
-        &mut headers,
-        "lambda-runtime-invoked-function-arn",
-        "arn:aws:lambda:us-east-1:123456789012:function:flowgate".into(),
-    );
-    insert(
-        &mut headers,
-        "lambda-runtime-trace-id",
-        "Root=1-00000000-000000000000000000000000;Sampled=0".into(),
-    );
-    (headers, event.to_string())
+/// The Python that runs the emulator: `FLOWGATE_TEST_LAMBDA_PYTHON` (scripts/test points it at
+/// a venv with botocore, which the signing proxy uses), else `python3`.
+fn python() -> PathBuf {
+    std::env::var_os("FLOWGATE_TEST_LAMBDA_PYTHON")
+        .map(Into::into)
+        .unwrap_or_else(|| "python3".into())
 }
 
-async fn respond(State(rt): State<Runtime>, Path(id): Path<String>, body: String) -> StatusCode {
-    let value: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    if let Some(tx) = rt
-        .waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&id)
-    {
-        let _ = tx.send(value);
+/// How the function and its URL are configured.
+pub(crate) struct Config<'a> {
+    pub(crate) timeout_secs: f64,
+    pub(crate) invoke_mode: &'a str,
+    pub(crate) auth_type: &'a str,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) max_sandboxes: u32,
+}
+
+impl Default for Config<'_> {
+    /// As deploy/lambda/template.yaml configures it: `FLOWGATE_AUTH_MODE=aws-iam` behind an
+    /// AWS_IAM URL.
+    fn default() -> Self {
+        Config {
+            timeout_secs: 30.0,
+            invoke_mode: "BUFFERED",
+            auth_type: "AWS_IAM",
+            env: vec![("FLOWGATE_AUTH_MODE".into(), "aws-iam".into())],
+            max_sandboxes: 4,
+        }
     }
-    StatusCode::ACCEPTED
 }
 
-async fn error(State(rt): State<Runtime>, Path(id): Path<String>, body: String) -> StatusCode {
-    respond(
-        State(rt),
-        Path(id),
-        json!({"runtimeError": body}).to_string(),
-    )
-    .await
-}
-
-/// A fake Lambda service: a Runtime API plus a `flowgate serve` function process polling it.
-struct Function {
-    tx: mpsc::Sender<(String, Value)>,
-    runtime: Runtime,
+/// A running emulator with a function whose runtime is [`function_bin`].
+pub(crate) struct Lambda {
     child: Child,
-    invocations: u32,
+    _stdin: ChildStdin,
+    pub(crate) function_url: String,
+    pub(crate) invoke_api: String,
+    pub(crate) signing_proxy: String,
+    http: reqwest::Client,
 }
 
-impl Function {
-    /// A function as deploy/lambda/template.yaml configures it: `--auth-mode aws-iam`.
-    async fn start(state_dir: &std::path::Path) -> Function {
-        Function::start_with(state_dir, &[("FLOWGATE_AUTH_MODE", "aws-iam")]).await
+/// An HTTP answer: status, headers, body.
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: reqwest::header::HeaderMap,
+    pub(crate) body: String,
+}
+
+impl Answer {
+    /// The body as JSON: a JSON body, or the last `data:` event of an SSE body.
+    pub(crate) fn json(&self) -> Value {
+        if let Ok(v) = serde_json::from_str(&self.body) {
+            return v;
+        }
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .next_back()
+            .unwrap_or(Value::String(self.body.clone()))
+    }
+}
+
+impl Lambda {
+    /// The test build, configured as the template configures it, with the local engine's state
+    /// in `state_dir`.
+    pub(crate) fn start(state_dir: &Path) -> Lambda {
+        Lambda::start_with(state_dir, Config::default())
     }
 
-    async fn start_with(state_dir: &std::path::Path, env: &[(&str, &str)]) -> Function {
-        let (tx, rx) = mpsc::channel(8);
-        let runtime = Runtime {
-            events: Arc::new(AsyncMutex::new(Some(rx))),
-            ..Default::default()
-        };
-        let app = Router::new()
-            .route("/2018-06-01/runtime/invocation/next", get(next))
-            .route(
-                "/2018-06-01/runtime/invocation/{id}/response",
-                post(respond),
-            )
-            .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
-            .with_state(runtime.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        let child = Command::new(function_bin())
-            .arg("serve")
-            .env("AWS_LAMBDA_RUNTIME_API", addr.to_string())
-            .env("AWS_LAMBDA_FUNCTION_NAME", "flowgate")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/flowgate")
-            .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
-            .env("FLOWGATE_STATE_DIR", state_dir)
-            .env("FLOWGATE_HANDLE_KEYS", KEY)
-            .env("FLOWGATE_ALLOWED_HOSTS", HOST)
-            .env("FLOWGATE_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
+    pub(crate) fn start_with(state_dir: &Path, config: Config<'_>) -> Lambda {
+        Lambda::start_function(&function_bin(), state_dir, config)
+    }
+
+    /// Starts the emulator with `bootstrap` as the runtime and `task_root` as /var/task.
+    pub(crate) fn start_function(bootstrap: &Path, task_root: &Path, config: Config<'_>) -> Lambda {
+        let mut cmd = Command::new(python());
+        cmd.arg(repo().join("tests/fakes/lambda/emulator.py"))
+            .arg("--task-root")
+            .arg(task_root)
+            .arg("--bootstrap")
+            .arg(bootstrap)
+            .args(["--timeout", &config.timeout_secs.to_string()])
+            .args(["--invoke-mode", config.invoke_mode])
+            .args(["--auth-type", config.auth_type])
+            .args(["--max-sandboxes", &config.max_sandboxes.to_string()])
+            .args(["--host", HOST])
+            .args(["--iam-user", &format!("AKIDCALLER1:caller-secret:{CALLER}")])
+            .args(["--iam-user", &format!("AKIDOTHER01:other-secret:{OTHER}")])
+            .arg("--exit-with-stdin");
+        let mut env: Vec<(String, String)> = vec![
+            ("FLOWGATE_STATE_DIR".into(), task_root.display().to_string()),
+            ("FLOWGATE_HANDLE_KEYS".into(), KEY.into()),
+            ("FLOWGATE_ALLOWED_HOSTS".into(), HOST.into()),
+            ("FLOWGATE_LOG".into(), "warn".into()),
+        ];
+        env.extend(config.env);
+        for (k, v) in &env {
+            cmd.arg("--env").arg(format!("{k}={v}"));
+        }
+        for name in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        ] {
+            cmd.args(["--pass-env", name]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn the function");
-        Function {
-            tx,
-            runtime,
+            .expect("start the Lambda emulator (python3 tests/fakes/lambda/emulator.py)");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the emulator's address line");
+        let ready: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the emulator did not start ({e}): {line:?}"));
+        let field = |k: &str| ready[k].as_str().unwrap_or_default().to_owned();
+        Lambda {
+            function_url: field("function_url"),
+            invoke_api: field("invoke_api"),
+            signing_proxy: field("signing_proxy"),
             child,
-            invocations: 0,
+            _stdin: stdin,
+            http: reqwest::Client::new(),
         }
     }
 
-    /// Sends one Function URL request signed by [`CALLER`] and returns its JSON-RPC answer.
-    async fn invoke(&mut self, method: &str, name: &str, params: Value) -> Value {
-        let response = self
-            .invoke_as(method, name, params, Some(iam_authorizer(CALLER)))
-            .await;
-        assert_eq!(response["statusCode"], 200, "{response}");
-        let body = response["body"].as_str().expect("a body");
-        serde_json::from_str(body).expect("a JSON-RPC body")
-    }
-
-    /// Sends one Function URL request (payload format 2.0) whose request context carries
-    /// `authorizer` (as Lambda sets it for AWS_IAM URLs), and returns the function's response.
-    async fn invoke_as(
-        &mut self,
-        method: &str,
-        name: &str,
-        params: Value,
-        authorizer: Option<Value>,
-    ) -> Value {
-        self.invocations += 1;
-        let id = format!("req-{}-{}", std::process::id(), self.invocations);
-        let mut params = params;
-        params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "lambda-test", "version": "0"},
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-        });
-        let body =
-            json!({"jsonrpc": "2.0", "id": self.invocations, "method": method, "params": params})
-                .to_string();
-        let mut headers = json!({
-            "host": HOST,
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": method,
-            "x-amzn-trace-id": format!("Root=1-{id}"),
-        });
-        if !name.is_empty() {
-            headers["mcp-name"] = json!(name);
-        }
-        let mut event = json!({
-            "version": "2.0",
-            "routeKey": "$default",
-            "rawPath": "/mcp",
-            "rawQueryString": "",
-            "headers": headers,
-            "requestContext": {
-                "accountId": "anonymous",
-                "apiId": "abc123",
-                "domainName": HOST,
-                "domainPrefix": "abc123",
-                "http": {"method": "POST", "path": "/mcp", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "lambda-test"},
-                "requestId": id,
-                "routeKey": "$default",
-                "stage": "$default",
-                "time": "02/Dec/2026:10:00:00 +0000",
-                "timeEpoch": 1_796_205_600_000u64
-            },
-            "body": body,
-            "isBase64Encoded": false
-        });
-        if let Some(authorizer) = authorizer {
-            event["requestContext"]["authorizer"] = authorizer;
-        }
-        let (done_tx, done_rx) = oneshot::channel();
-        self.runtime
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone(), done_tx);
-        self.tx.send((id, event)).await.expect("queue the event");
-        tokio::time::timeout(Duration::from_secs(30), done_rx)
+    /// The emulator's counters (inits, timeouts, kills, invocations, ...).
+    pub(crate) async fn state(&self) -> Value {
+        self.http
+            .get(format!("{}/_emulator/state", self.invoke_api))
+            .send()
             .await
-            .expect("the function answered within 30 s")
-            .expect("response")
+            .expect("state")
+            .json()
+            .await
+            .expect("state JSON")
+    }
+
+    /// Kills every sandbox: the next invocations start cold, in new processes.
+    pub(crate) async fn reset(&self) {
+        self.http
+            .post(format!("{}/_emulator/reset", self.invoke_api))
+            .send()
+            .await
+            .expect("reset");
+    }
+
+    /// POSTs `body` to the Function URL's /mcp with `headers`, SigV4-signed as `signer`
+    /// ("session-1" is [`CALLER`], "someone-else" is [`OTHER`]) or, with None, unsigned.
+    pub(crate) async fn post(
+        &self,
+        signer: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> Answer {
+        let base = match signer {
+            Some(_) => &self.signing_proxy,
+            None => &self.function_url,
+        };
+        let mut req = self
+            .http
+            .post(format!("{base}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string())
+            .timeout(Duration::from_secs(120));
+        if let Some(name) = signer {
+            req = req.header("x-emulator-sign-as", name);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let response = req.send().await.expect("the Function URL answers");
+        Answer {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.text().await.unwrap_or_default(),
+        }
+    }
+
+    /// Invokes the function with a raw event (as API Gateway does) and returns Lambda's answer:
+    /// the function's response object, or Lambda's error object.
+    pub(crate) async fn invoke_event(&self, event: &Value) -> Value {
+        self.http
+            .post(format!(
+                "{}/2015-03-31/functions/flowgate/invocations",
+                self.invoke_api
+            ))
+            .body(event.to_string())
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .expect("Invoke")
+            .json()
+            .await
+            .expect("Invoke answers JSON")
     }
 }
 
-/// The IAM role every test call is signed by, unless a test says otherwise.
-const CALLER: &str = "arn:aws:sts::123456789012:assumed-role/mcp-client/session-1";
-
-/// The `authorizer` of a Function URL request with AuthType AWS_IAM, signed by `arn` (the
-/// shape Lambda documents for payload format 2.0).
-fn iam_authorizer(arn: &str) -> Value {
-    json!({"iam": {
-        "accessKey": "ASIAEXAMPLEEXAMPLE",
-        "accountId": "123456789012",
-        "callerId": "AROAEXAMPLEEXAMPLE:session-1",
-        "cognitoIdentity": null,
-        "principalOrgId": null,
-        "userArn": arn,
-        "userId": "AROAEXAMPLEEXAMPLE:session-1"
-    }})
-}
-
-impl Drop for Function {
+impl Drop for Lambda {
     fn drop(&mut self) {
+        // Closing stdin stops the emulator and its sandboxes; kill it if it lingers.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
+/// A 2026-07-28 JSON-RPC request with the tasks extension, and its MCP headers.
+fn request(id: u32, method: &str, name: &str, params: Value) -> (Value, Vec<(String, String)>) {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "lambda-test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut headers = vec![
+        ("mcp-protocol-version".to_owned(), "2026-07-28".to_owned()),
+        ("mcp-method".to_owned(), method.to_owned()),
+    ];
+    if !name.is_empty() {
+        headers.push(("mcp-name".to_owned(), name.to_owned()));
+    }
+    (body, headers)
+}
+
+impl Lambda {
+    /// One MCP request through the Function URL, signed as `signer`; the HTTP answer.
+    pub(crate) async fn mcp_as(
+        &self,
+        signer: Option<&str>,
+        method: &str,
+        name: &str,
+        params: Value,
+    ) -> Answer {
+        let (body, headers) = request(1, method, name, params);
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.post(signer, &headers, &body).await
+    }
+
+    /// One MCP request signed by [`CALLER`]; its JSON-RPC answer (the URL answered 200).
+    pub(crate) async fn mcp(&self, method: &str, name: &str, params: Value) -> Value {
+        let answer = self.mcp_as(Some("session-1"), method, name, params).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answer.json()
+    }
+}
+
+/// An API Gateway HTTP API event (payload format 2.0) for an MCP request, whose request
+/// context carries `authorizer` as the HTTP API's authorizer sets it.
+fn http_api_event(method: &str, name: &str, params: Value, authorizer: Value) -> Value {
+    let (body, headers) = request(1, method, name, params);
+    let mut h = json!({
+        "host": HOST,
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+    });
+    for (k, v) in headers {
+        h[k] = json!(v);
+    }
+    json!({
+        "version": "2.0",
+        "routeKey": "POST /mcp",
+        "rawPath": "/mcp",
+        "rawQueryString": "",
+        "headers": h,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "api123",
+            "authorizer": authorizer,
+            "domainName": HOST,
+            "domainPrefix": "api123",
+            "http": {"method": "POST", "path": "/mcp", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "lambda-test"},
+            "requestId": "req-1",
+            "routeKey": "POST /mcp",
+            "stage": "$default",
+            "time": "02/Dec/2026:10:00:00 +0000",
+            "timeEpoch": 1_796_205_600_000u64
+        },
+        "body": body.to_string(),
+        "isBase64Encoded": false
+    })
+}
+
+/// The HTTP status and JSON body of a function's HTTP response object.
+fn http_answer(response: &Value) -> (u64, Value) {
+    let body = response["body"].as_str().unwrap_or_default();
+    (
+        response["statusCode"].as_u64().unwrap_or_default(),
+        serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
+    )
+}
+
 #[tokio::test]
 async fn a_task_created_in_one_function_process_is_finished_in_another() {
     let state = tempfile::tempdir().expect("tempdir");
-    let mut first = Function::start(state.path()).await;
-    let created = first
-        .invoke(
+    let lambda = Lambda::start(state.path());
+    let created = lambda
+        .mcp(
             "tools/call",
             "long_job",
             json!({"name": "long_job", "arguments": {"steps": 1}}),
@@ -265,12 +347,12 @@ async fn a_task_created_in_one_function_process_is_finished_in_another() {
     let result = &created["result"];
     assert_eq!(result["resultType"], "task", "{created}");
     let task_id = result["taskId"].as_str().expect("taskId").to_owned();
-    drop(first);
+    let inits = lambda.state().await["inits"].as_u64().unwrap_or_default();
+    lambda.reset().await;
 
-    let mut second = Function::start(state.path()).await;
     for _ in 0..60 {
-        let got = second
-            .invoke("tasks/get", &task_id, json!({"taskId": task_id}))
+        let got = lambda
+            .mcp("tasks/get", &task_id, json!({"taskId": task_id}))
             .await;
         let status = got["result"]["status"]
             .as_str()
@@ -281,6 +363,10 @@ async fn a_task_created_in_one_function_process_is_finished_in_another() {
                 got["result"]["result"]["structuredContent"],
                 json!({"steps": 1, "finished": true}),
                 "{got}"
+            );
+            assert!(
+                lambda.state().await["inits"].as_u64().unwrap_or_default() > inits,
+                "the task was read by a process started after the reset"
             );
             return;
         }
@@ -293,8 +379,8 @@ async fn a_task_created_in_one_function_process_is_finished_in_another() {
 #[tokio::test]
 async fn tools_list_answers_in_lambda_mode() {
     let state = tempfile::tempdir().expect("tempdir");
-    let mut f = Function::start(state.path()).await;
-    let ok = f.invoke("tools/list", "", json!({})).await;
+    let lambda = Lambda::start(state.path());
+    let ok = lambda.mcp("tools/list", "", json!({})).await;
     assert_eq!(
         ok["result"]["tools"].as_array().map(Vec::len),
         Some(3),
@@ -302,27 +388,17 @@ async fn tools_list_answers_in_lambda_mode() {
     );
 }
 
-/// The body of a Function URL response, as JSON.
-fn body_of(response: &Value) -> Value {
-    let body = response["body"].as_str().unwrap_or_default();
-    serde_json::from_str(body).unwrap_or(Value::String(body.to_owned()))
-}
-
 #[tokio::test]
 async fn aws_iam_mode_seals_tasks_to_the_callers_arn_and_refuses_unsigned_requests() {
     let state = tempfile::tempdir().expect("tempdir");
-    let mut f = Function::start(state.path()).await;
+    let lambda = Lambda::start(state.path());
 
-    // No IAM context (a Function URL left at AuthType NONE): refused before MCP.
-    let bare = f.invoke_as("tools/list", "", json!({}), None).await;
-    assert_eq!(bare["statusCode"], 401, "{bare}");
-    assert!(
-        body_of(&bare).to_string().contains("AWS_IAM"),
-        "the refusal says what is missing: {bare}"
-    );
+    // Unsigned: the AWS_IAM Function URL itself refuses, before the function runs.
+    let bare = lambda.mcp_as(None, "tools/list", "", json!({})).await;
+    assert_eq!(bare.status, 403, "{}", bare.body);
 
-    let created = f
-        .invoke(
+    let created = lambda
+        .mcp(
             "tools/call",
             "long_job",
             json!({"name": "long_job", "arguments": {"steps": 20}}),
@@ -334,7 +410,6 @@ async fn aws_iam_mode_seals_tasks_to_the_callers_arn_and_refuses_unsigned_reques
         .to_owned();
 
     // Another role's view of the task is that of a task that does not exist.
-    let other = iam_authorizer("arn:aws:iam::123456789012:user/someone-else");
     for (method, params) in [
         ("tasks/get", json!({"taskId": task_id})),
         ("tasks/cancel", json!({"taskId": task_id})),
@@ -343,25 +418,47 @@ async fn aws_iam_mode_seals_tasks_to_the_callers_arn_and_refuses_unsigned_reques
             json!({"taskId": task_id, "inputResponses": {}}),
         ),
     ] {
-        let theirs = f
-            .invoke_as(method, &task_id, params, Some(other.clone()))
+        let theirs = lambda
+            .mcp_as(Some("someone-else"), method, &task_id, params)
             .await;
-        assert_eq!(theirs["statusCode"], 200, "{theirs}");
+        assert_eq!(theirs.status, 200, "{}", theirs.body);
         assert_eq!(
-            body_of(&theirs)["error"]["code"],
+            theirs.json()["error"]["code"],
             -32602,
-            "{method}: {theirs}"
+            "{method}: {}",
+            theirs.body
         );
     }
     // The caller's own view is untouched, and it can still end its task.
-    let mine = f
-        .invoke("tasks/get", &task_id, json!({"taskId": task_id}))
+    let mine = lambda
+        .mcp("tasks/get", &task_id, json!({"taskId": task_id}))
         .await;
     assert_eq!(mine["result"]["status"], "working", "{mine}");
-    let cancelled = f
-        .invoke("tasks/cancel", &task_id, json!({"taskId": task_id}))
+    let cancelled = lambda
+        .mcp("tasks/cancel", &task_id, json!({"taskId": task_id}))
         .await;
     assert!(cancelled.get("result").is_some(), "{cancelled}");
+}
+
+/// A Function URL left at `AuthType: NONE` carries no IAM context: flowgate in aws-iam mode
+/// refuses every request and says what is missing.
+#[tokio::test]
+async fn aws_iam_mode_behind_a_url_without_iam_auth_refuses() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            auth_type: "NONE",
+            ..Config::default()
+        },
+    );
+    let bare = lambda.mcp_as(None, "tools/list", "", json!({})).await;
+    assert_eq!(bare.status, 401, "{}", bare.body);
+    assert!(
+        bare.body.contains("AWS_IAM"),
+        "the refusal says what is missing: {}",
+        bare.body
+    );
 }
 
 /// Without `--auth-mode aws-iam` the request context is not read at all: every caller is the
@@ -369,10 +466,15 @@ async fn aws_iam_mode_seals_tasks_to_the_callers_arn_and_refuses_unsigned_reques
 #[tokio::test]
 async fn the_iam_context_is_ignored_unless_configured() {
     let state = tempfile::tempdir().expect("tempdir");
-    let mut f =
-        Function::start_with(state.path(), &[("FLOWGATE_ALLOW_UNAUTHENTICATED", "true")]).await;
-    let created = f
-        .invoke(
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            env: vec![("FLOWGATE_ALLOW_UNAUTHENTICATED".into(), "true".into())],
+            ..Config::default()
+        },
+    );
+    let created = lambda
+        .mcp(
             "tools/call",
             "long_job",
             json!({"name": "long_job", "arguments": {"steps": 20}}),
@@ -382,80 +484,386 @@ async fn the_iam_context_is_ignored_unless_configured() {
         .as_str()
         .unwrap_or_else(|| panic!("a task: {created}"))
         .to_owned();
-    let other = iam_authorizer("arn:aws:iam::123456789012:user/someone-else");
-    let theirs = f
-        .invoke_as(
+    let theirs = lambda
+        .mcp_as(
+            Some("someone-else"),
             "tasks/cancel",
             &task_id,
             json!({"taskId": task_id}),
-            Some(other),
         )
         .await;
-    assert!(body_of(&theirs).get("result").is_some(), "{theirs}");
+    assert!(theirs.json().get("result").is_some(), "{}", theirs.body);
 }
 
+/// API Gateway HTTP APIs invoke the function with the Invoke API; their authorizers' results
+/// are in the event's request context.
 #[tokio::test]
 async fn api_gateway_jwt_and_lambda_authorizer_contexts_name_the_caller() {
     let state = tempfile::tempdir().expect("tempdir");
-    let mut jwt = Function::start_with(state.path(), &[("FLOWGATE_AUTH_MODE", "apigw-jwt")]).await;
+    let jwt = Lambda::start_with(
+        state.path(),
+        Config {
+            env: vec![("FLOWGATE_AUTH_MODE".into(), "apigw-jwt".into())],
+            ..Config::default()
+        },
+    );
     let claims = |sub: &str| json!({"jwt": {"claims": {"iss": "https://issuer.example", "sub": sub, "scope": "a b"}, "scopes": null}});
     let created = jwt
-        .invoke_as(
+        .invoke_event(&http_api_event(
             "tools/call",
             "long_job",
             json!({"name": "long_job", "arguments": {"steps": 20}}),
-            Some(claims("alice")),
-        )
+            claims("alice"),
+        ))
         .await;
-    let task_id = body_of(&created)["result"]["taskId"]
+    let (_, created) = http_answer(&created);
+    let task_id = created["result"]["taskId"]
         .as_str()
         .unwrap_or_else(|| panic!("a task: {created}"))
         .to_owned();
-    let bob = jwt
-        .invoke_as(
+    let (_, bob) = http_answer(
+        &jwt.invoke_event(&http_api_event(
             "tasks/get",
             &task_id,
             json!({"taskId": task_id}),
-            Some(claims("bob")),
-        )
-        .await;
-    assert_eq!(body_of(&bob)["error"]["code"], -32602, "{bob}");
-    let alice = jwt
-        .invoke_as(
+            claims("bob"),
+        ))
+        .await,
+    );
+    assert_eq!(bob["error"]["code"], -32602, "{bob}");
+    let (_, alice) = http_answer(
+        &jwt.invoke_event(&http_api_event(
             "tasks/cancel",
             &task_id,
             json!({"taskId": task_id}),
-            Some(claims("alice")),
-        )
-        .await;
-    assert!(body_of(&alice).get("result").is_some(), "{alice}");
+            claims("alice"),
+        ))
+        .await,
+    );
+    assert!(alice.get("result").is_some(), "{alice}");
     // An IAM context is not a JWT authorizer's.
-    let iam = jwt
-        .invoke_as("tools/list", "", json!({}), Some(iam_authorizer(CALLER)))
-        .await;
-    assert_eq!(iam["statusCode"], 401, "{iam}");
+    let (status, _) = http_answer(
+        &jwt.invoke_event(&http_api_event(
+            "tools/list",
+            "",
+            json!({}),
+            json!({"iam": {"userArn": CALLER, "callerId": "x"}}),
+        ))
+        .await,
+    );
+    assert_eq!(status, 401);
     drop(jwt);
 
-    let mut lambda =
-        Function::start_with(state.path(), &[("FLOWGATE_AUTH_MODE", "apigw-authorizer")]).await;
-    let ok = lambda
-        .invoke_as(
-            "tools/list",
-            "",
-            json!({}),
-            Some(json!({"lambda": {"principalId": "tenant-7"}})),
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            env: vec![("FLOWGATE_AUTH_MODE".into(), "apigw-authorizer".into())],
+            ..Config::default()
+        },
+    );
+    let (status, ok) = http_answer(
+        &lambda
+            .invoke_event(&http_api_event(
+                "tools/list",
+                "",
+                json!({}),
+                json!({"lambda": {"principalId": "tenant-7"}}),
+            ))
+            .await,
+    );
+    assert_eq!(status, 200, "{ok}");
+    let (status, _) = http_answer(
+        &lambda
+            .invoke_event(&http_api_event(
+                "tools/list",
+                "",
+                json!({}),
+                json!({"lambda": {"role": "admin"}}),
+            ))
+            .await,
+    );
+    assert_eq!(status, 401);
+}
+
+/// A tool whose output is 1 MiB of control characters: 6 MiB once JSON-escaped as the tool's
+/// text, 7 MiB escaped again inside Lambda's response object.
+const DENSE_OUTPUT: &str = "tools:\n  - name: dense\n    input_schema: {type: object}\n    task: optional\n    poll_interval_ms: 200\n    target:\n      engine: local\n      command: [/bin/sh, -c, \"head -c 1048576 /dev/zero | tr '\\\\000' '\\\\001'\"]\n";
+
+fn dense(invoke_mode: &str) -> Config<'_> {
+    Config {
+        invoke_mode,
+        env: vec![
+            ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
+            ("FLOWGATE_MANIFEST_YAML".into(), DENSE_OUTPUT.into()),
+            ("FLOWGATE_LAMBDA_INVOKE_MODE".into(), invoke_mode.into()),
+        ],
+        ..Config::default()
+    }
+}
+
+/// An answer that would not fit Lambda's 6 MB buffered response is a JSON-RPC error naming
+/// its size, the same on every tasks/get of the task: never the platform's 502.
+#[tokio::test]
+async fn an_answer_over_the_buffered_limit_is_an_error_naming_its_size() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let lambda = Lambda::start_with(state.path(), dense("BUFFERED"));
+    let created = lambda
+        .mcp(
+            "tools/call",
+            "dense",
+            json!({"name": "dense", "arguments": {}}),
         )
         .await;
-    assert_eq!(ok["statusCode"], 200, "{ok}");
-    let nameless = lambda
-        .invoke_as(
-            "tools/list",
-            "",
-            json!({}),
-            Some(json!({"lambda": {"role": "admin"}})),
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let mut errors = 0;
+    for _ in 0..120 {
+        let got = lambda
+            .mcp_as(
+                Some("session-1"),
+                "tasks/get",
+                &task_id,
+                json!({"taskId": task_id}),
+            )
+            .await;
+        assert_eq!(got.status, 200, "never the platform's error: {}", got.body);
+        let answer = got.json();
+        if let Some(error) = answer.get("error") {
+            assert_eq!(error["code"], -32603, "{answer}");
+            assert_eq!(error["data"]["limit"], 6_291_556, "{answer}");
+            assert!(
+                error["data"]["size"].as_u64().unwrap_or_default() > 6_291_556,
+                "{answer}"
+            );
+            assert!(
+                error["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("bytes"),
+                "{answer}"
+            );
+            errors += 1;
+            if errors == 2 {
+                assert_eq!(lambda.state().await["timeouts"], 0);
+                return;
+            }
+            continue;
+        }
+        assert_eq!(answer["result"]["status"], "working", "{answer}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("tasks/get never answered the finished task");
+}
+
+/// A streamed Function URL (RESPONSE_STREAM) carries up to 200 MB: the same answer arrives
+/// whole, through the streaming runner's prelude.
+#[tokio::test]
+async fn response_stream_mode_carries_what_buffered_mode_cannot() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let lambda = Lambda::start_with(state.path(), dense("RESPONSE_STREAM"));
+    let listed = lambda
+        .mcp_as(Some("session-1"), "tools/list", "", json!({}))
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(
+        listed.headers.get("content-type").is_some_and(|v| v
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("application/json")),
+        "the prelude's headers reach the client: {:?}",
+        listed.headers
+    );
+    let created = lambda
+        .mcp(
+            "tools/call",
+            "dense",
+            json!({"name": "dense", "arguments": {}}),
         )
         .await;
-    assert_eq!(nameless["statusCode"], 401, "{nameless}");
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    for _ in 0..120 {
+        let got = lambda
+            .mcp("tasks/get", &task_id, json!({"taskId": task_id}))
+            .await;
+        if got["result"]["status"] == "completed" {
+            let text = got["result"]["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            assert_eq!(text.len(), 1 << 20, "the whole output");
+            return;
+        }
+        assert_eq!(got["result"]["status"], "working", "{got}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the task did not complete");
+}
+
+/// A 2025-11-25 request through the Function URL, signed as [`CALLER`], with `extra` headers.
+async fn post_2025(lambda: &Lambda, body: Value, extra: &[(&str, &str)]) -> Answer {
+    let mut headers = vec![("mcp-protocol-version", "2025-11-25")];
+    headers.extend_from_slice(extra);
+    lambda.post(Some("session-1"), &headers, &body).await
+}
+
+/// A GET of the Function URL's /mcp with `headers`, signed as [`CALLER`].
+async fn get_2025(lambda: &Lambda, headers: &[(&str, &str)]) -> Answer {
+    let mut req = reqwest::Client::new()
+        .get(format!("{}/mcp", lambda.signing_proxy))
+        .header("x-emulator-sign-as", "session-1")
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .timeout(Duration::from_secs(120));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let response = req.send().await.expect("the Function URL answers");
+    Answer {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        body: response.text().await.unwrap_or_default(),
+    }
+}
+
+/// The `id:` of the last event of an SSE body that has one.
+fn last_event_id(body: &str) -> Option<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .map(|v| v.trim().to_owned())
+        .next_back()
+}
+
+/// A 2025-11-25 client's tasks/result on a 6 s function while the task runs 10 s: each hold
+/// ends before the invocation's deadline without the answer (never the platform's timeout),
+/// the client reconnects with Last-Event-ID as the revision's resumable streams say, and the
+/// hold resumes in whichever process gets the request until the answer comes, under the
+/// original request id.
+#[tokio::test]
+async fn tasks_result_holds_end_before_the_deadline_and_resume() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            timeout_secs: 6.0,
+            invoke_mode: "RESPONSE_STREAM",
+            env: vec![
+                ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
+                (
+                    "FLOWGATE_LAMBDA_INVOKE_MODE".into(),
+                    "RESPONSE_STREAM".into(),
+                ),
+            ],
+            ..Config::default()
+        },
+    );
+    let created = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "long_job", "arguments": {"steps": 10}, "task": {}}}),
+        &[],
+    )
+    .await;
+    let task_id = created.json()["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {}", created.body))
+        .to_owned();
+    let mut answer = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 77, "method": "tasks/result", "params": {"taskId": task_id}}),
+        &[("accept", "application/json, text/event-stream")],
+    )
+    .await;
+    let mut resumes = 0;
+    loop {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert!(
+            answer.body.contains("retry:"),
+            "a resumable stream: {}",
+            answer.body
+        );
+        let last = answer.json();
+        if last.get("result").is_some() || last.get("error").is_some() {
+            assert_eq!(last["id"], 77, "the original request id: {last}");
+            assert_eq!(
+                last["result"]["structuredContent"],
+                json!({"steps": 10, "finished": true}),
+                "{last}"
+            );
+            break;
+        }
+        resumes += 1;
+        assert!(resumes < 10, "never finished: {}", answer.body);
+        let id = last_event_id(&answer.body).expect("an event id to resume from");
+        answer = get_2025(&lambda, &[("last-event-id", &id)]).await;
+    }
+    assert!(resumes >= 1, "the 10 s task outlived a 6 s invocation");
+    assert_eq!(
+        lambda.state().await["timeouts"],
+        0,
+        "no invocation ran into its deadline"
+    );
+}
+
+/// Behind a buffered Function URL the body reaches the client only when the invocation
+/// ends: tasks/result ends as soon as the task asks, with the question's elicitation/create in
+/// the body, so the client sees it, answers, and reconnects.
+#[tokio::test]
+async fn a_buffered_tasks_result_ends_at_the_question() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest = repo().join("tests/clients/tools.yaml");
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            timeout_secs: 20.0,
+            env: vec![
+                ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
+                ("FLOWGATE_MANIFEST".into(), manifest.display().to_string()),
+            ],
+            ..Config::default()
+        },
+    );
+    let created = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "approve_deploy", "arguments": {"service": "web"}, "task": {}}}),
+        &[],
+    )
+    .await;
+    let task_id = created.json()["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {}", created.body))
+        .to_owned();
+    let started = std::time::Instant::now();
+    let answer = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/result", "params": {"taskId": task_id}}),
+        &[("accept", "application/json, text/event-stream")],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer.body.contains("elicitation/create") && answer.body.contains("Deploy web"),
+        "the question is in the body: {}",
+        answer.body
+    );
+    assert!(
+        !answer.body.contains("\"result\""),
+        "and no answer yet: {}",
+        answer.body
+    );
+    assert!(
+        last_event_id(&answer.body).is_some(),
+        "with an id to resume from"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "it ended at the question, not at the deadline"
+    );
+    assert_eq!(lambda.state().await["timeouts"], 0);
 }
 
 #[tokio::test]
