@@ -3,8 +3,10 @@
 Run by scripts/clients against flowgate serving tests/clients/tools.yaml on the local engine:
 
     python tests/clients/python_tasks_2025.py http://127.0.0.1:PORT/mcp
+    python tests/clients/python_tasks_2025.py --stdio FLOWGATE_BIN MANIFEST   (the same flows on stdio)
 
-Everything goes through the package's own public client API, unmodified: `streamable_http_client`,
+Everything goes through the package's own public client API, unmodified: `streamable_http_client`
+(or `stdio_client`, which starts `flowgate serve --stdio` with a fresh state folder and key),
 `ClientSession.initialize` (which negotiates 2025-11-25), `list_tools` (each tool's
 `execution.taskSupport`), `session.experimental`'s `call_tool_as_task`, `get_task`,
 `get_task_result` (`tasks/result`), `list_tasks` and `cancel_task`, and the session's
@@ -15,12 +17,17 @@ would see; any failure raises, and the process exits non-zero.
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
+import secrets
 import sys
+import tempfile
 import time
 import warnings
 
 import mcp.types as types
-from mcp import ClientSession
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
@@ -176,21 +183,41 @@ async def stepfunctions(session: ClientSession) -> None:
     await forged(session, created.task.taskId)
 
 
-async def main(url: str, mode: str = "") -> None:
+async def flows(session: ClientSession, approver: Approver) -> None:
+    await negotiated(session)
+    task_id = await long_tool_to_completion(session)
+    await result_blocks_until_done(session)
+    await approval_through_tasks_result(session, approver)
+    await cancel(session)
+    await listed(session, task_id)
+    await forged(session, task_id)
+
+
+async def main(target: str, *rest: str) -> None:
     approver = Approver()
-    async with streamable_http_client(url) as (read, write, _):
+    if target == "--stdio":
+        flowgate, manifest = rest[:2]
+        with tempfile.TemporaryDirectory() as state:
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": state,
+                "FLOWGATE_STATE_DIR": os.path.join(state, "runs"),
+                "FLOWGATE_LOG": "warn",
+                "FLOWGATE_HANDLE_KEYS": "s1:" + base64.b64encode(secrets.token_bytes(32)).decode(),
+            }
+            server = StdioServerParameters(
+                command=flowgate, args=["serve", "--stdio", "--manifest", manifest], env=env)
+            async with stdio_client(server) as (read, write):
+                async with ClientSession(read, write, elicitation_callback=approver) as session:
+                    await flows(session, approver)
+        return
+    async with streamable_http_client(target) as (read, write, _):
         async with ClientSession(read, write, elicitation_callback=approver) as session:
-            if mode == "--stepfunctions":
+            if rest[:1] == ("--stepfunctions",):
                 await stepfunctions(session)
                 return
-            await negotiated(session)
-            task_id = await long_tool_to_completion(session)
-            await result_blocks_until_done(session)
-            await approval_through_tasks_result(session, approver)
-            await cancel(session)
-            await listed(session, task_id)
-            await forged(session, task_id)
+            await flows(session, approver)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:3]))
+    asyncio.run(main(*sys.argv[1:]))

@@ -63,21 +63,9 @@ fn run_id(execution: &ExecutionRef) -> Result<u64, EngineError> {
         .map_err(|_| not_found(format!("workflow run {s}")))
 }
 
-/// The key input's value for one call: the key, and the principal's digest for `list`.
+/// The key input's value for one call: the key, and the principal's tag (verbatim) for `list`.
 fn call_marker(request: &StartRequest) -> String {
-    format!(
-        "fg-{}.{}",
-        request.idempotency_key,
-        principal_tag(&request.principal_digest)
-    )
-}
-
-fn principal_tag(digest: &str) -> String {
-    digest
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .take(32)
-        .collect()
+    format!("fg-{}.{}", request.idempotency_key, request.principal_tag)
 }
 
 /// The branch (or tag) name a run of `git_ref` lists as its `head_branch`.
@@ -444,7 +432,7 @@ impl Engine for GitHubActionsEngine {
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
         let runs = self.api.recent_runs(Utc::now() - LOOKBACK, None).await?;
-        let tag = filter.principal_digest.as_deref().map(principal_tag);
+        let tag = filter.principal_tag.as_deref();
         let mut out: Vec<ExecutionSummary> = runs
             .iter()
             .filter(|r| {
@@ -480,7 +468,12 @@ mod tests {
         for bad in ["", "../../etc/passwd", "12a", &"9".repeat(30)] {
             assert!(run_id(&ExecutionRef(bad.into())).is_err(), "{bad}");
         }
-        assert_eq!(principal_tag("conformance-00ff"), "conformance00ff");
+        // The principal's tag goes in verbatim, as every engine marks executions with it.
+        let request = StartRequest::new("t", serde_json::json!({}), "00ff00ff00ff00ff");
+        assert_eq!(
+            call_marker(&request),
+            format!("fg-{}.00ff00ff00ff00ff", request.idempotency_key)
+        );
         assert_eq!(head_branch("refs/heads/release/1.x"), "release/1.x");
         assert_eq!(head_branch("v1.2"), "v1.2");
     }

@@ -8,7 +8,6 @@ use chrono::Utc;
 use flowgate_core::{
     Action, Capabilities, Engine, EngineError, EngineFailure, ExecutionRecord, ExecutionRef,
     ExecutionSummary, InputRequest, InputResponse, ListFilter, StartRequest, Started, TaskState,
-    principal_tag,
 };
 use flowgate_http::{HttpClient, HttpConfig, Secret};
 use serde_json::{Map, Value, json};
@@ -659,7 +658,7 @@ impl Engine for GitLabEngine {
     async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
         let since = Utc::now() - chrono::Duration::days(30);
         let limit = filter.limit.unwrap_or(LIST_SCAN).min(LIST_SCAN);
-        let tag = filter.principal_digest.as_deref().map(principal_tag);
+        let tag = filter.principal_tag.as_deref();
         let fixed_ref = self
             .target
             .git_ref
@@ -673,7 +672,7 @@ impl Engine for GitLabEngine {
             let Some(marked) = p.name.as_deref().and_then(naming::parse) else {
                 continue;
             };
-            if tag.as_deref().is_none_or(|t| t == marked.principal_tag) {
+            if tag.is_none_or(|t| t == marked.principal_tag) {
                 let mut state = mapping::state(&p.status);
                 if state == TaskState::Cancelled && marked.declined.is_some() {
                     state = TaskState::Failed;

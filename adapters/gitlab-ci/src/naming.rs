@@ -7,21 +7,19 @@
 //! (or `$FLOWGATE_CALL`). GitLab expands variables in `workflow:name` and strips it, so the name
 //! holds none of `$`, `%` or surrounding blanks: tool names are letters, digits, `_`, `-`, `.`.
 
-use flowgate_core::{StartRequest, principal_tag};
+use flowgate_core::StartRequest;
 
 /// The marker between the tool name and the key.
 const KEY_PREFIX: &str = " fg-";
 /// What a declined question appends to the name.
 const DECLINED: &str = " \u{b7} declined ";
 
-/// The name of the pipeline of `request`: `<tool> fg-<key>.<principal tag>` (at most 177
-/// characters: GitLab allows 255).
+/// The name of the pipeline of `request`: `<tool> fg-<key>.<principal tag>`, the tag verbatim
+/// (at most 181 characters: GitLab allows 255).
 pub(crate) fn call_name(request: &StartRequest) -> String {
     format!(
         "{}{KEY_PREFIX}{}.{}",
-        request.tool,
-        request.idempotency_key,
-        principal_tag(&request.principal_digest)
+        request.tool, request.idempotency_key, request.principal_tag
     )
 }
 
@@ -43,7 +41,14 @@ pub(crate) fn parse(name: &str) -> Option<Marked<'_>> {
     let (tool, marker) = call.rsplit_once(KEY_PREFIX)?;
     let (key, tag) = marker.split_once('.')?;
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
-    (!tool.is_empty() && hex(key, 32) && hex(tag, 12)).then_some(Marked {
+    // The tag as the server gave it (16 hex digits), or any other name-safe word a caller of
+    // the engine chose.
+    let word = |s: &str| {
+        (1..=64).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    (!tool.is_empty() && hex(key, 32) && word(tag)).then_some(Marked {
         principal_tag: tag,
         declined,
     })
@@ -69,12 +74,12 @@ mod tests {
 
     #[test]
     fn a_call_name_parses_back_and_records_a_decline() {
-        let request = StartRequest::new("deploy.web", json!({}), "digest");
+        let request = StartRequest::new("deploy.web", json!({}), "00ff00ff00ff00ff");
         let name = call_name(&request);
         assert!(name.starts_with("deploy.web fg-"), "{name}");
         assert!(name.len() <= 255);
         let marked = parse(&name).expect("ours");
-        assert_eq!(marked.principal_tag, principal_tag("digest"));
+        assert_eq!(marked.principal_tag, "00ff00ff00ff00ff");
         assert_eq!(marked.declined, None);
         let declined = declined_name(&name, "approve", "ops-bot");
         let marked = parse(&declined).expect("still ours");
@@ -83,6 +88,9 @@ mod tests {
         assert_eq!(declined_name(&declined, "approve", "ops-bot"), declined);
         assert_eq!(parse("Build pipeline"), None);
         assert_eq!(parse("x fg-nothex.abc"), None);
+        let key = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse(&format!("x fg-{key}.a b")), None);
+        assert!(parse(&format!("x fg-{key}.principal-1")).is_some());
         let long = declined_name(&name, &"j".repeat(400), "who");
         assert_eq!(long.chars().count(), 255);
         assert!(parse(&long).is_some());

@@ -146,20 +146,12 @@ async fn build(target: &GcwTarget) -> Result<(Executions, Rest), EngineError> {
             message: format!("cannot build the Workflows client: {e}"),
             source: None,
         })?;
-    let http = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CALL_TIMEOUT)
-        .build()
-        .map_err(|e| EngineError::Unavailable {
-            engine: KIND,
-            message: format!("cannot build the HTTP client: {e}"),
-            source: None,
-        })?;
-    let rest = Rest {
-        http,
-        base: target.base_url(),
-        auth,
+    let config = flowgate_http::HttpConfig {
+        connect_timeout: CONNECT_TIMEOUT,
+        request_timeout: CALL_TIMEOUT,
+        ..flowgate_http::HttpConfig::default()
     };
+    let rest = Rest::new(target.base_url(), auth, &config)?;
     Ok((client, rest))
 }
 
@@ -185,10 +177,8 @@ impl Engine for WorkflowsEngine {
         let mut labels = self.target.labels.clone();
         labels.extend([
             (TOOL_LABEL.to_owned(), mapping::label_value(&request.tool)),
-            (
-                PRINCIPAL_LABEL.to_owned(),
-                mapping::label_value(&request.principal_digest),
-            ),
+            // The principal's tag verbatim (lowercase hex: already a valid label value).
+            (PRINCIPAL_LABEL.to_owned(), request.principal_tag.clone()),
             (CALL_LABEL.to_owned(), mapping::label_value(&key)),
         ]);
         let mut execution = Execution::new()
@@ -368,8 +358,8 @@ impl Engine for WorkflowsEngine {
     async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
         let (client, _) = self.clients().await?;
         let mut expr = format!("labels.{TOOL_LABEL}:*");
-        if let Some(p) = &filter.principal_digest {
-            expr = format!("labels.{PRINCIPAL_LABEL}=\"{}\"", mapping::label_value(p));
+        if let Some(tag) = &filter.principal_tag {
+            expr = format!("labels.{PRINCIPAL_LABEL}=\"{tag}\"");
         }
         // Every page up to the limit (BASIC view: at most 1000 a page), with a bound on pages
         // so a misbehaving endpoint cannot keep a request busy forever.

@@ -3,7 +3,7 @@
 //!
 //! | flowgate | Workflows Executions API (v1) |
 //! |---|---|
-//! | start | `executions.create` with the arguments as the execution argument and labels `flowgate-tool`, `flowgate-principal` (a digest) |
+//! | start | `executions.create` with the arguments as the execution argument and labels `flowgate-tool`, `flowgate-principal` (the principal's tag) |
 //! | get | `executions.get`; while ACTIVE also `executions.callbacks.list` (REST, not in the client crate) |
 //! | respond | an HTTP request to the waiting callback's URL with its method |
 //! | cancel | `executions.cancel` |

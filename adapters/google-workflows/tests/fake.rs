@@ -55,7 +55,7 @@ async fn running_executions_show_their_step_and_carry_flowgate_labels() {
     let request = StartRequest {
         tool: "Nightly ETL".into(),
         arguments: json!({"name": "x", "seconds": 30}),
-        principal_digest: "abc123".into(),
+        principal_tag: "abc123".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
         ttl_ms: None,
     };
@@ -99,7 +99,7 @@ async fn a_failed_execution_carries_the_error_payload_and_context() {
     let request = StartRequest {
         tool: "t".into(),
         arguments: json!({"day": "2026-11-30"}),
-        principal_digest: "p".into(),
+        principal_tag: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
         ttl_ms: None,
     };
@@ -129,7 +129,7 @@ async fn an_unreachable_endpoint_is_unavailable_and_names_the_workflow() {
     let request = StartRequest {
         tool: "t".into(),
         arguments: json!({}),
-        principal_digest: "p".into(),
+        principal_tag: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
         ttl_ms: None,
     };
@@ -147,7 +147,7 @@ async fn names_with_the_project_number_are_accepted_and_unavailable_is_not_an_en
     let request = StartRequest {
         tool: "t".into(),
         arguments: json!({"name": "n", "seconds": 30}),
-        principal_digest: "p".into(),
+        principal_tag: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
         ttl_ms: None,
     };
@@ -195,7 +195,7 @@ async fn list_honours_the_limit_and_the_tool_label_filter() {
         let request = StartRequest {
             tool: "t".into(),
             arguments: json!({"name": "n", "seconds": 30}),
-            principal_digest: principal.clone(),
+            principal_tag: principal.clone(),
             idempotency_key: flowgate_core::IdempotencyKey::new(),
             ttl_ms: None,
         };

@@ -258,7 +258,7 @@ impl Engine for LocalEngine {
             tool: request.tool.clone(),
             command: self.target.command.clone(),
             created_at,
-            principal_digest: request.principal_digest.clone(),
+            principal_tag: request.principal_tag.clone(),
             boot_id: boot_id(),
             expires_at: request
                 .ttl_ms
@@ -487,9 +487,9 @@ impl Engine for LocalEngine {
             }
             if meta.command != self.target.command
                 || filter
-                    .principal_digest
+                    .principal_tag
                     .as_ref()
-                    .is_some_and(|p| *p != meta.principal_digest)
+                    .is_some_and(|p| *p != meta.principal_tag)
             {
                 continue;
             }

@@ -20,7 +20,10 @@ pub(crate) struct Meta {
     pub(crate) tool: String,
     pub(crate) command: Vec<String>,
     pub(crate) created_at: chrono::DateTime<chrono::Utc>,
-    pub(crate) principal_digest: String,
+    /// The principal tag the run was started for (named `principal_digest` on disk, as runs
+    /// recorded before it was called a tag have it).
+    #[serde(rename = "principal_digest")]
+    pub(crate) principal_tag: String,
     /// The kernel boot the process group id belongs to; after a reboot it means nothing.
     pub(crate) boot_id: String,
     /// When the task's advertised `ttlMs` runs out; a finished run is removed after it.

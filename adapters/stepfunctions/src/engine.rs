@@ -328,7 +328,7 @@ impl StepFunctionsEngine {
             // principal's tag in front is what `list` filters by (executions cannot be tagged).
             None => Ok(format!(
                 "{}{}",
-                principal_prefix(&request.principal_digest),
+                principal_prefix(&request.principal_tag),
                 request.idempotency_key
             )),
         }
@@ -468,9 +468,10 @@ fn xray_trace_header() -> Option<String> {
     flowgate_core::observe::trace_context().map(|context| context.xray_header())
 }
 
-/// The name prefix of the unnamed executions started for a principal: `fg-<tag>-`.
-fn principal_prefix(principal_digest: &str) -> String {
-    format!("fg-{}-", flowgate_core::principal_tag(principal_digest))
+/// The name prefix of the unnamed executions started for a principal: `fg-<tag>-` (the tag
+/// verbatim: 52 characters with the key, within the 80 a name may have).
+fn principal_prefix(principal_tag: &str) -> String {
+    format!("fg-{principal_tag}-")
 }
 
 /// How many executions `list` reads at most while looking for a principal's (ListExecutions
@@ -859,7 +860,7 @@ impl Engine for StepFunctionsEngine {
         let limit = filter.limit.unwrap_or(100).clamp(1, 1000);
         // Only unnamed executions carry their principal (in the name); a templated name does
         // not, so a principal's listing leaves those out rather than guess.
-        let prefix = filter.principal_digest.as_deref().map(principal_prefix);
+        let prefix = filter.principal_tag.as_deref().map(principal_prefix);
         let mut found = Vec::new();
         let mut scanned = 0;
         let mut token: Option<String> = None;

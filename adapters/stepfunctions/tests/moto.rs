@@ -33,7 +33,7 @@ fn request(arguments: Value) -> StartRequest {
     StartRequest {
         tool: "t".into(),
         arguments,
-        principal_digest: "p".into(),
+        principal_tag: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
         ttl_ms: None,
     }

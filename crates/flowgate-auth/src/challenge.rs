@@ -18,16 +18,33 @@ pub enum Refusal {
 /// The `WWW-Authenticate` value for a refusal. `scopes` are the ones the request needs, so a
 /// client can step up. Values are quoted; a `"` or `\` in them is escaped.
 pub fn www_authenticate(resource_metadata: &str, refusal: Refusal, scopes: &[String]) -> String {
-    let mut header = format!("Bearer resource_metadata=\"{}\"", escape(resource_metadata));
+    www_authenticate_header(Some(resource_metadata), refusal, scopes)
+}
+
+/// [`www_authenticate`] with or without a `resource_metadata` parameter: a bare `Bearer` for a
+/// missing credential of a deployment that publishes no metadata.
+pub fn www_authenticate_header(
+    resource_metadata: Option<&str>,
+    refusal: Refusal,
+    scopes: &[String],
+) -> String {
+    let mut params = Vec::new();
+    if let Some(url) = resource_metadata {
+        params.push(format!("resource_metadata=\"{}\"", escape(url)));
+    }
     if !scopes.is_empty() {
-        header.push_str(&format!(", scope=\"{}\"", escape(&scopes.join(" "))));
+        params.push(format!("scope=\"{}\"", escape(&scopes.join(" "))));
     }
     match refusal {
         Refusal::Missing => {}
-        Refusal::InvalidToken => header.push_str(", error=\"invalid_token\""),
-        Refusal::InsufficientScope => header.push_str(", error=\"insufficient_scope\""),
+        Refusal::InvalidToken => params.push("error=\"invalid_token\"".to_owned()),
+        Refusal::InsufficientScope => params.push("error=\"insufficient_scope\"".to_owned()),
     }
-    header
+    if params.is_empty() {
+        "Bearer".to_owned()
+    } else {
+        format!("Bearer {}", params.join(", "))
+    }
 }
 
 fn escape(value: &str) -> String {

@@ -239,11 +239,12 @@ pub async fn cancel_ends_cancelled(fx: &Fixture) {
 /// the first attempt started, also when the first attempt's answer was lost on the way back
 /// (staged with [`Fixture::lose_next_start_answer`]); exactly one execution exists for it.
 pub async fn retried_start_is_exactly_once(fx: &Fixture) {
-    let principal = format!("conformance-{:016x}", rand::random::<u64>());
+    // A principal tag as the server makes them: 16 lowercase hex digits.
+    let principal = format!("{:016x}", rand::random::<u64>());
     let request = StartRequest {
         tool: "conformance".into(),
         arguments: fx.slow.arguments.clone(),
-        principal_digest: principal.clone(),
+        principal_tag: principal.clone(),
         idempotency_key: IdempotencyKey::new(),
         ttl_ms: None,
     };

@@ -70,8 +70,12 @@ pub struct StartRequest {
     pub tool: String,
     /// The validated call arguments.
     pub arguments: Value,
-    /// A digest of the caller's principal, for labelling executions (never the principal itself).
-    pub principal_digest: String,
+    /// The caller's principal tag: the one digest of the principal (16 lowercase hex digits,
+    /// `flowgate_auth::principal::digest`), never the principal itself. Valid as it is in a
+    /// Step Functions execution name, a Google Cloud label value, a CI variable or a workflow
+    /// input: every adapter marks the execution with it verbatim, and [`ListFilter`] filters by
+    /// it verbatim, so one principal has one tag in every engine.
+    pub principal_tag: String,
     /// The call's key: every attempt to start this call carries the same one, and an engine
     /// must reach the same execution for it (never start a second).
     pub idempotency_key: IdempotencyKey,
@@ -82,16 +86,17 @@ pub struct StartRequest {
 }
 
 impl StartRequest {
-    /// A request for `tool` with `arguments` and a fresh idempotency key.
+    /// A request for `tool` with `arguments`, for the principal tagged `principal_tag`, with a
+    /// fresh idempotency key.
     pub fn new(
         tool: impl Into<String>,
         arguments: Value,
-        principal_digest: impl Into<String>,
+        principal_tag: impl Into<String>,
     ) -> Self {
         StartRequest {
             tool: tool.into(),
             arguments,
-            principal_digest: principal_digest.into(),
+            principal_tag: principal_tag.into(),
             idempotency_key: IdempotencyKey::new(),
             ttl_ms: None,
         }
@@ -103,15 +108,6 @@ impl StartRequest {
         self.ttl_ms = ttl_ms;
         self
     }
-}
-
-/// A short tag for a principal digest (12 hex characters of its SHA-256), for engines that can
-/// only mark an execution through a size-limited name or label: it fits every engine's
-/// limits, and 48 bits keep one principal's executions apart from another's in a listing.
-pub fn principal_tag(principal_digest: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(principal_digest.as_bytes());
-    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The engine's acknowledgement of a start: the execution exists and `get` will find it.
@@ -153,17 +149,17 @@ impl Capabilities {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListFilter {
-    /// Only executions started for this principal digest.
-    pub principal_digest: Option<String>,
+    /// Only executions started for this principal tag ([`StartRequest::principal_tag`]).
+    pub principal_tag: Option<String>,
     /// At most this many (the engine may return fewer).
     pub limit: Option<usize>,
 }
 
 impl ListFilter {
-    /// Executions started for `principal_digest`, at most `limit` of them.
-    pub fn for_principal(principal_digest: impl Into<String>, limit: Option<usize>) -> Self {
+    /// Executions started for `principal_tag`, at most `limit` of them.
+    pub fn for_principal(principal_tag: impl Into<String>, limit: Option<usize>) -> Self {
         ListFilter {
-            principal_digest: Some(principal_digest.into()),
+            principal_tag: Some(principal_tag.into()),
             limit,
         }
     }

@@ -32,7 +32,7 @@ pub mod testing;
 
 pub use engine::{
     Capabilities, Engine, ExecutionRef, ExecutionSummary, IdempotencyKey, ListFilter, StartRequest,
-    Started, principal_tag,
+    Started,
 };
 pub use error::{EngineError, kind_for_status};
 pub use record::{Action, EngineFailure, ExecutionRecord, InputRequest, InputResponse};

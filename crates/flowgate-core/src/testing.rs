@@ -31,7 +31,7 @@ const KIND: &str = "fake";
 #[derive(Debug)]
 struct Run {
     record: ExecutionRecord,
-    principal_digest: String,
+    principal_tag: String,
     waiting: Option<(String, oneshot::Sender<InputResponse>)>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -226,7 +226,7 @@ impl Engine for FakeEngine {
             id.clone(),
             Run {
                 record: ExecutionRecord::new(TaskState::Submitted, "QUEUED", now),
-                principal_digest: request.principal_digest,
+                principal_tag: request.principal_tag,
                 waiting: None,
                 task: None,
             },
@@ -310,9 +310,9 @@ impl Engine for FakeEngine {
             .iter()
             .filter(|(_, r)| {
                 filter
-                    .principal_digest
+                    .principal_tag
                     .as_ref()
-                    .is_none_or(|p| *p == r.principal_digest)
+                    .is_none_or(|p| *p == r.principal_tag)
             })
             .map(|(id, r)| ExecutionSummary {
                 execution: ExecutionRef(id.clone()),
@@ -388,7 +388,7 @@ mod tests {
                 .expect("start");
         }
         let filter = ListFilter {
-            principal_digest: Some("a".into()),
+            principal_tag: Some("a".into()),
             limit: None,
         };
         assert_eq!(e.list(filter).await.expect("list").len(), 2);

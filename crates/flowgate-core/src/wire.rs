@@ -1,7 +1,8 @@
-//! The projection of an [`ExecutionRecord`] onto the MCP tasks extension (2026-07-28).
+//! The projection of an [`ExecutionRecord`] onto the MCP tasks wire: the 2026-07-28 tasks
+//! extension here, and the 2025-11-25 revision's shapes of the same task in [`v2025`].
 //!
-//! Kept free of any MCP SDK so it can be tested here and shared by every transport. The
-//! 2026-07-28 extension has five statuses where the task model has seven:
+//! Kept free of any MCP SDK so it can be tested here and shared by every transport. Both
+//! revisions have five statuses where the task model has seven, mapped once, by [`status`]:
 //!
 //! | record | wire |
 //! |---|---|
@@ -15,6 +16,8 @@
 use serde_json::{Map, Value, json};
 
 use crate::{ExecutionRecord, TaskState};
+
+pub mod v2025;
 
 /// JSON-RPC "internal error", used for workflow failures reported as protocol errors.
 pub const INTERNAL_ERROR: i64 = -32603;
@@ -42,7 +45,7 @@ pub struct Presentation {
     pub poll_interval_ms: u64,
 }
 
-/// The wire status of the 2026-07-28 extension.
+/// The wire status of a task (the same five in both revisions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WireStatus {
     /// Running.
@@ -57,6 +60,43 @@ pub enum WireStatus {
     Cancelled,
 }
 
+impl WireStatus {
+    /// The status as both revisions spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WireStatus::Working => "working",
+            WireStatus::InputRequired => "input_required",
+            WireStatus::Completed => "completed",
+            WireStatus::Failed => "failed",
+            WireStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether a task with this status has ended (and will not change again).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            WireStatus::Completed | WireStatus::Failed | WireStatus::Cancelled
+        )
+    }
+}
+
+/// The one mapping of an execution's state onto the wire, for both revisions and for every
+/// shape a task takes (a created task, `tasks/get`, a `tasks/list` entry).
+pub fn status(state: TaskState, failure: FailureMode) -> WireStatus {
+    match state {
+        TaskState::Submitted | TaskState::Working => WireStatus::Working,
+        TaskState::InputRequired => WireStatus::InputRequired,
+        TaskState::Completed => WireStatus::Completed,
+        TaskState::Failed => match failure {
+            FailureMode::ToolError => WireStatus::Completed,
+            FailureMode::JsonRpcError => WireStatus::Failed,
+        },
+        TaskState::Cancelled => WireStatus::Cancelled,
+        TaskState::Unknown => WireStatus::Failed,
+    }
+}
+
 /// A JSON-RPC error object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
@@ -66,6 +106,28 @@ pub struct RpcError {
     pub message: String,
     /// Extra detail.
     pub data: Option<Value>,
+}
+
+impl RpcError {
+    /// An error without data.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// The JSON-RPC error object: `code`, `message`, and `data` when there is some.
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut error = Map::new();
+        error.insert("code".into(), json!(self.code));
+        error.insert("message".into(), json!(self.message));
+        if let Some(data) = &self.data {
+            error.insert("data".into(), data.clone());
+        }
+        error
+    }
 }
 
 /// What a finished (or unfinished) execution means for the caller.
@@ -96,7 +158,7 @@ impl Outcome {
     }
 }
 
-/// A `DetailedTask` without its id, ready for any SDK to serialize.
+/// A `DetailedTask` without its id, ready for any SDK or revision to serialize.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WireTask {
     /// The status message.
@@ -111,6 +173,38 @@ pub struct WireTask {
     pub poll_interval_ms: u64,
     /// The status with its payload.
     pub outcome: Outcome,
+}
+
+impl WireTask {
+    /// What every shape of this task carries besides its payload.
+    pub fn envelope(&self) -> Envelope<'_> {
+        Envelope {
+            status: self.outcome.status(),
+            status_message: self.status_message.as_deref(),
+            created_at: &self.created_at,
+            last_updated_at: &self.last_updated_at,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+        }
+    }
+}
+
+/// A task without its payload (result, error or questions): what a created task and a
+/// `tasks/list` entry show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope<'a> {
+    /// The status.
+    pub status: WireStatus,
+    /// The status message.
+    pub status_message: Option<&'a str>,
+    /// RFC 3339 creation time.
+    pub created_at: &'a str,
+    /// RFC 3339 time of the last change.
+    pub last_updated_at: &'a str,
+    /// How long the task is kept (`None`: no limit).
+    pub ttl_ms: Option<u64>,
+    /// How often to poll.
+    pub poll_interval_ms: u64,
 }
 
 /// Projects `record` onto the 2026-07-28 wire.
@@ -131,50 +225,25 @@ pub fn project(record: &ExecutionRecord, how: &Presentation) -> WireTask {
 /// What the record means for the caller, without the task envelope (also the synchronous
 /// answer for clients that do not speak tasks).
 pub fn outcome(record: &ExecutionRecord, how: &Presentation) -> Outcome {
-    match record.state {
-        TaskState::Submitted | TaskState::Working => Outcome::Working,
-        TaskState::InputRequired if record.input_requests.is_empty() => Outcome::Working,
-        TaskState::InputRequired => Outcome::InputRequired(
-            record
-                .input_requests
-                .iter()
-                .map(|r| {
-                    let request = json!({
-                        "method": "elicitation/create",
-                        "params": {
-                            "mode": "form",
-                            "message": r.message,
-                            "requestedSchema": r.requested_schema,
-                        }
-                    });
-                    (r.key.clone(), request)
-                })
-                .collect(),
-        ),
-        TaskState::Completed => Outcome::Completed(success_result(record.output.as_ref(), how)),
-        TaskState::Failed => {
-            let (error, cause) = match &record.failure {
-                Some(f) => (f.error.as_str(), f.cause.as_deref()),
-                None => (record.engine_status.as_str(), None),
-            };
-            let text = match cause {
-                Some(cause) if !cause.is_empty() => format!("{error}: {cause}"),
-                _ => error.to_owned(),
-            };
-            match how.failure {
-                FailureMode::ToolError => Outcome::Completed(json!({
-                    "content": [{"type": "text", "text": text}],
-                    "isError": true,
-                })),
-                FailureMode::JsonRpcError => Outcome::Failed(RpcError {
-                    code: INTERNAL_ERROR,
-                    message: text,
-                    data: Some(json!({"error": error, "cause": cause})),
-                }),
-            }
+    match status(record.state, how.failure) {
+        WireStatus::Working => Outcome::Working,
+        // Input required with nothing to ask yet (a question being set up) reads as working.
+        WireStatus::InputRequired if record.input_requests.is_empty() => Outcome::Working,
+        WireStatus::InputRequired => Outcome::InputRequired(questions(record)),
+        WireStatus::Completed if record.state == TaskState::Failed => Outcome::Completed(json!({
+            "content": [{"type": "text", "text": failure_text(record)}],
+            "isError": true,
+        })),
+        WireStatus::Completed => Outcome::Completed(success_result(record.output.as_ref(), how)),
+        WireStatus::Failed if record.state == TaskState::Failed => {
+            let (error, cause) = failure_parts(record);
+            Outcome::Failed(RpcError {
+                code: INTERNAL_ERROR,
+                message: failure_text(record),
+                data: Some(json!({"error": error, "cause": cause})),
+            })
         }
-        TaskState::Cancelled => Outcome::Cancelled,
-        TaskState::Unknown => Outcome::Failed(RpcError {
+        WireStatus::Failed => Outcome::Failed(RpcError {
             code: INTERNAL_ERROR,
             message: format!(
                 "the engine reported a status flowgate does not know: {}",
@@ -182,6 +251,42 @@ pub fn outcome(record: &ExecutionRecord, how: &Presentation) -> Outcome {
             ),
             data: Some(json!({"engineStatus": record.engine_status})),
         }),
+        WireStatus::Cancelled => Outcome::Cancelled,
+    }
+}
+
+/// Every outstanding question as a form elicitation: key -> `{method, params}`.
+fn questions(record: &ExecutionRecord) -> Map<String, Value> {
+    record
+        .input_requests
+        .iter()
+        .map(|r| {
+            let request = json!({
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "form",
+                    "message": r.message,
+                    "requestedSchema": r.requested_schema,
+                }
+            });
+            (r.key.clone(), request)
+        })
+        .collect()
+}
+
+/// A failed execution's error and cause.
+fn failure_parts(record: &ExecutionRecord) -> (&str, Option<&str>) {
+    match &record.failure {
+        Some(f) => (f.error.as_str(), f.cause.as_deref()),
+        None => (record.engine_status.as_str(), None),
+    }
+}
+
+/// A failed execution in one line: `error: cause`.
+fn failure_text(record: &ExecutionRecord) -> String {
+    match failure_parts(record) {
+        (error, Some(cause)) if !cause.is_empty() => format!("{error}: {cause}"),
+        (error, _) => error.to_owned(),
     }
 }
 
@@ -323,6 +428,59 @@ mod tests {
         assert_eq!(project(&r, &how).poll_interval_ms, 30_000);
         r.min_poll_interval = Some(std::time::Duration::from_millis(10));
         assert_eq!(project(&r, &how).poll_interval_ms, 1000);
+    }
+
+    #[test]
+    fn one_mapping_of_states_gives_every_shape_its_status() {
+        let states = [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::InputRequired,
+            TaskState::Completed,
+            TaskState::Failed,
+            TaskState::Cancelled,
+            TaskState::Unknown,
+        ];
+        for failure in [FailureMode::ToolError, FailureMode::JsonRpcError] {
+            for state in states {
+                let mut r = record(state);
+                r.input_requests.push(InputRequest {
+                    key: "k".into(),
+                    message: "?".into(),
+                    requested_schema: json!({"type": "object"}),
+                });
+                let projected = project(&r, &how(failure, false));
+                assert_eq!(
+                    projected.outcome.status(),
+                    status(state, failure),
+                    "{state:?} {failure:?}"
+                );
+                assert_eq!(projected.envelope().status, status(state, failure));
+            }
+        }
+        // A failed workflow is a completed task unless the tool asks for JSON-RPC errors.
+        assert_eq!(
+            status(TaskState::Failed, FailureMode::ToolError).as_str(),
+            "completed"
+        );
+        assert_eq!(
+            status(TaskState::Failed, FailureMode::JsonRpcError).as_str(),
+            "failed"
+        );
+        assert!(status(TaskState::Unknown, FailureMode::ToolError).is_terminal());
+        assert!(!status(TaskState::InputRequired, FailureMode::ToolError).is_terminal());
+    }
+
+    #[test]
+    fn errors_have_one_json_shape() {
+        let plain = RpcError::new(-32603, "boom").to_json();
+        assert_eq!(
+            Value::Object(plain),
+            json!({"code": -32603, "message": "boom"})
+        );
+        let mut detailed = RpcError::new(-32603, "boom");
+        detailed.data = Some(json!({"x": 1}));
+        assert_eq!(detailed.to_json()["data"], json!({"x": 1}));
     }
 
     #[test]

@@ -11,11 +11,14 @@
 //! | `principalSubject` | the caller's subject within it; `anonymous` when nothing authenticated the caller |
 //! | `tool` | the tool |
 //! | `execution` | the engine's execution reference (ARN, execution name, run id) |
-//! | `requestId` | the HTTP request id (platform trace id or a fresh one), or the JSON-RPC id on stdio |
+//! | `requestId` | the caller's request id: on HTTP the platform's trace id or a fresh one, on stdio the JSON-RPC id |
 //! | `argumentsSha256` | SHA-256 (hex) of the canonical JSON of the call's arguments (`started`, `refused`) or of the delivered answers (`answered`): sorted keys, no whitespace |
 //! | `answers` | how many answers were delivered (`answered`) |
 //! | `status` | the terminal state seen (`finished`: completed, failed, cancelled) |
 //! | `reason` | why flowgate stopped an execution itself (`cancelled`: `hung_up`, `sync_wait`), or why a request was refused: `unauthenticated`, `invalid_token`, `not_allowed`, `keys_unavailable`, `insufficient_scope`, `unknown_tool`, `tasks_required`, `invalid_arguments`, `task_not_found` |
+//!
+//! Each task event also counts in the process's metrics, when they are on
+//! (`flowgate_tasks_started_total`, `_answered_total`, `_cancelled_total`, `_finished_total`).
 //!
 //! Never in it: argument or answer values, tokens, or any other credential. `finished` is
 //! logged the first time this instance sees the execution terminal (a bounded, process-local
@@ -24,17 +27,11 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::{LazyLock, Mutex};
 
-use axum::http::request::Parts;
-use flowgate_auth::Authenticated;
-use rmcp::RoleServer;
-use rmcp::service::RequestContext;
+use flowgate_auth::{Authenticated, principal};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// The id of an HTTP request, put in its extensions by the request span so that audit lines
-/// carry the same id as every other line of the request.
-#[derive(Debug, Clone)]
-pub(crate) struct RequestId(pub(crate) String);
+use crate::Caller;
 
 /// How many finished executions an instance remembers having logged.
 const REMEMBERED: usize = 4096;
@@ -53,11 +50,22 @@ struct Line<'a> {
     reason: Option<&'a str>,
 }
 
+impl<'a> Line<'a> {
+    fn of(event: &'a str, caller: &'a Caller) -> Self {
+        Line {
+            event,
+            caller: caller.identity(),
+            request_id: Some(caller.request_id()),
+            ..Line::default()
+        }
+    }
+}
+
 fn emit(line: &Line<'_>) {
     let issuer = line.caller.map(|c| c.principal.issuer.as_str());
-    let subject = line.caller.map_or(crate::principal::ANONYMOUS, |c| {
-        c.principal.subject.as_str()
-    });
+    let subject = line
+        .caller
+        .map_or(principal::ANONYMOUS, |c| c.principal.subject.as_str());
     tracing::info!(
         target: "flowgate::audit",
         event = line.event,
@@ -72,19 +80,6 @@ fn emit(line: &Line<'_>) {
         reason = line.reason,
         "audit"
     );
-}
-
-/// The request id of an MCP request: the HTTP one, else (stdio) the JSON-RPC id.
-fn request_id(ctx: &RequestContext<RoleServer>) -> String {
-    ctx.extensions
-        .get::<Parts>()
-        .and_then(|p| p.extensions.get::<RequestId>())
-        .map(|r| r.0.clone())
-        .unwrap_or_else(|| match serde_json::to_value(&ctx.id) {
-            Ok(Value::String(s)) => s,
-            Ok(v) => v.to_string(),
-            Err(_) => String::new(),
-        })
 }
 
 /// SHA-256 (hex) of the canonical JSON of `value`: object keys sorted, no whitespace.
@@ -127,146 +122,99 @@ fn canonical(value: &Value, out: &mut String) {
     }
 }
 
-/// A request refused before it reached the MCP handler (no or bad credential, missing scope).
-pub(crate) fn refused_request(parts: &Parts, reason: &str, tool: Option<&str>) {
-    emit(&Line {
-        event: "refused",
-        caller: parts.extensions.get::<Authenticated>(),
-        tool,
-        request_id: parts.extensions.get::<RequestId>().map(|r| r.0.as_str()),
-        reason: Some(reason),
-        ..Line::default()
-    });
-}
-
-/// A call or task request the handler refused.
+/// A request refused, before or after it reached the task operations (no or bad credential,
+/// missing scope, unknown tool, invalid arguments, a handle that does not open).
 pub(crate) fn refused(
-    ctx: &RequestContext<RoleServer>,
+    caller: &Caller,
     reason: &str,
     tool: Option<&str>,
     arguments: Option<&Value>,
 ) {
-    let id = request_id(ctx);
     let arguments = arguments.map(digest);
     emit(&Line {
-        event: "refused",
-        caller: crate::principal::caller(ctx),
         tool,
-        request_id: Some(&id),
         arguments: arguments.as_deref(),
         reason: Some(reason),
-        ..Line::default()
+        ..Line::of("refused", caller)
     });
 }
 
 /// An execution was started for a call.
-pub(crate) fn started(
-    ctx: &RequestContext<RoleServer>,
-    tool: &str,
-    execution: Option<&str>,
-    arguments: &Value,
-) {
-    let id = request_id(ctx);
+pub(crate) fn started(caller: &Caller, tool: &str, execution: Option<&str>, arguments: &Value) {
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_started(tool);
+    }
     let arguments = digest(arguments);
     emit(&Line {
-        event: "started",
-        caller: crate::principal::caller(ctx),
         tool: Some(tool),
         execution,
-        request_id: Some(&id),
         arguments: Some(&arguments),
-        ..Line::default()
+        ..Line::of("started", caller)
     });
 }
 
 /// Answers were delivered to an execution's questions.
 pub(crate) fn answered(
-    ctx: &RequestContext<RoleServer>,
+    caller: &Caller,
     tool: &str,
     execution: &str,
     answers: &Value,
     count: usize,
 ) {
-    let id = request_id(ctx);
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_answered(tool);
+    }
     let digest = digest(answers);
     emit(&Line {
-        event: "answered",
-        caller: crate::principal::caller(ctx),
         tool: Some(tool),
         execution: Some(execution),
-        request_id: Some(&id),
         arguments: Some(&digest),
         answers: Some(count),
-        ..Line::default()
+        ..Line::of("answered", caller)
     });
 }
 
 /// The engine accepted a cancellation.
-pub(crate) fn cancelled(ctx: &RequestContext<RoleServer>, tool: &str, execution: &str) {
-    let id = request_id(ctx);
+pub(crate) fn cancelled(caller: &Caller, tool: &str, execution: &str) {
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_cancelled(tool, "client");
+    }
     emit(&Line {
-        event: "cancelled",
-        caller: crate::principal::caller(ctx),
         tool: Some(tool),
         execution: Some(execution),
-        request_id: Some(&id),
-        ..Line::default()
+        ..Line::of("cancelled", caller)
     });
-}
-
-/// Who made a request, kept past the request (for an execution flowgate stops later on the
-/// caller's behalf).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Origin {
-    caller: Option<Authenticated>,
-    request_id: String,
-}
-
-impl Origin {
-    /// The caller and request id of `ctx`.
-    pub(crate) fn of(ctx: &RequestContext<RoleServer>) -> Self {
-        Origin {
-            caller: crate::principal::caller(ctx).cloned(),
-            request_id: request_id(ctx),
-        }
-    }
 }
 
 /// flowgate itself stopped an execution of a synchronous call: `reason` is `hung_up` (the
 /// caller went away) or `sync_wait` (no result within the synchronous wait, or a question only
 /// a task could answer).
-pub(crate) fn stopped(origin: &Origin, tool: &str, execution: &str, reason: &str) {
+pub(crate) fn stopped(caller: &Caller, tool: &str, execution: &str, reason: &'static str) {
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_cancelled(tool, reason);
+    }
     emit(&Line {
-        event: "cancelled",
-        caller: origin.caller.as_ref(),
         tool: Some(tool),
         execution: Some(execution),
-        request_id: Some(&origin.request_id),
         reason: Some(reason),
-        ..Line::default()
+        ..Line::of("cancelled", caller)
     });
 }
 
 /// A poll saw the execution terminal: logged the first time this instance sees it. (A
 /// synchronous run, which has no reference, is seen exactly once anyway.)
-pub(crate) fn finished(
-    ctx: &RequestContext<RoleServer>,
-    tool: &str,
-    execution: Option<&str>,
-    status: &str,
-) {
+pub(crate) fn finished(caller: &Caller, tool: &str, execution: Option<&str>, status: &'static str) {
     if execution.is_some_and(|e| !first_sight(e)) {
         return;
     }
-    let id = request_id(ctx);
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_finished(tool, status);
+    }
     emit(&Line {
-        event: "finished",
-        caller: crate::principal::caller(ctx),
         tool: Some(tool),
         execution,
-        request_id: Some(&id),
         status: Some(status),
-        ..Line::default()
+        ..Line::of("finished", caller)
     });
 }
 

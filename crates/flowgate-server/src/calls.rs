@@ -1,73 +1,90 @@
 //! `tools/call`: validate, start the execution, answer with a task or wait for the result.
 
-use std::time::Duration;
-
 use flowgate_core::handle::TaskHandle;
-use flowgate_core::wire::{self, Outcome};
-use flowgate_core::{ExecutionRecord, StartRequest, Started};
+use flowgate_core::wire::{Outcome, WireTask};
+use flowgate_core::{EngineError, ExecutionRecord, StartRequest, Started};
 use flowgate_manifest::TaskSupport;
+use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
-    CreateTaskResult, ErrorCode, ResultType, Task, TaskStatus,
+    CallToolResult, ClientCapabilities, ContentBlock, ErrorCode, InputRequiredResult,
+    InputResponses, ResultType,
 };
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::errors::tool_error;
-use crate::hang_up;
+use crate::hang_up::StopOnDrop;
 use crate::mrtr::Gathered;
-use crate::retry::{START_DEADLINE, reading, within};
-use crate::{FlowgateServer, ToolEntry, audit, principal};
+use crate::retry::{START_DEADLINE, within};
+use crate::tasks::TaskView;
+use crate::wait::{Questions, Waited};
+use crate::{Caller, FlowgateServer, ToolEntry, audit};
 
-/// The longest a synchronous wait sleeps between polls, whatever the tool's poll interval.
-const SYNC_POLL_CAP: Duration = Duration::from_millis(250);
+/// A `tools/call`, however it arrived.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Call {
+    /// The tool.
+    pub(crate) name: String,
+    /// Its arguments.
+    pub(crate) arguments: Map<String, Value>,
+    /// Answers to an earlier round's questions (SEP-2322).
+    pub(crate) input_responses: Option<InputResponses>,
+    /// The sealed state of earlier rounds.
+    pub(crate) request_state: Option<String>,
+    /// The client can take a task (the call runs as one, when the tool allows it).
+    pub(crate) takes_tasks: bool,
+    /// The client can answer form elicitations in a round of the call.
+    pub(crate) can_elicit: bool,
+}
+
+/// What a call answers.
+#[derive(Debug)]
+pub(crate) enum Called {
+    /// The execution runs as this task.
+    Task(TaskView),
+    /// The call's result (a synchronous run, or a tool error).
+    Complete(CallToolResult),
+    /// Arguments to ask for first.
+    Ask(InputRequiredResult),
+}
 
 impl FlowgateServer {
-    pub(crate) async fn call(
-        &self,
-        request: CallToolRequestParams,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
+    pub(crate) async fn call(&self, caller: &Caller, call: Call) -> Result<Called, ErrorData> {
         // A tool the caller's scopes do not allow is, to it, a tool that does not exist (the
         // HTTP layer already answered 403 with the scope challenge; this is the backstop).
-        let Some(entry) = self
-            .inner
-            .tools
-            .get(&request.name)
-            .filter(|e| crate::http::allowed(crate::principal::caller(&ctx), &e.spec.scopes))
-        else {
-            let reason = match self.inner.tools.get(&request.name) {
+        let served = self.tool_entry(&call.name);
+        let Some(entry) = served.as_ref().filter(|e| caller.may_use(&e.spec.scopes)) else {
+            let reason = match served {
                 Some(_) => "insufficient_scope",
                 None => "unknown_tool",
             };
-            audit::refused(&ctx, reason, Some(&request.name), None);
+            audit::refused(caller, reason, Some(&call.name), None);
             return Err(ErrorData::invalid_params(
-                format!("unknown tool: {}", request.name),
+                format!("unknown tool: {}", call.name),
                 None,
             ));
         };
-        let as_task = crate::client::takes_tasks(&ctx);
+        let as_task = call.takes_tasks;
         if entry.spec.task == TaskSupport::Required && !as_task {
-            audit::refused(&ctx, "tasks_required", Some(&entry.spec.name), None);
+            audit::refused(caller, "tasks_required", Some(&entry.spec.name), None);
             return Err(ErrorData::missing_required_client_capability(
                 ClientCapabilities::builder().enable_tasks().build(),
             ));
         }
         let arguments = match self.gather(
+            caller,
             entry,
-            request.arguments.unwrap_or_default(),
-            request.input_responses,
-            request.request_state.as_deref(),
-            &ctx,
+            call.arguments,
+            call.input_responses,
+            call.request_state.as_deref(),
+            call.can_elicit,
         )? {
             Gathered::Ready(arguments) => Value::Object(arguments),
-            Gathered::Ask(ask) => return Ok(CallToolResponse::InputRequired(ask)),
-            Gathered::Refused(result) => return Ok(CallToolResponse::Complete(result)),
+            Gathered::Ask(ask) => return Ok(Called::Ask(ask)),
+            Gathered::Refused(result) => return Ok(Called::Complete(result)),
         };
         if let Err(problems) = entry.spec.validate_arguments(&arguments) {
             audit::refused(
-                &ctx,
+                caller,
                 "invalid_arguments",
                 Some(&entry.spec.name),
                 Some(&arguments),
@@ -77,30 +94,25 @@ impl FlowgateServer {
                 entry.spec.name,
                 problems.join("\n- ")
             );
-            return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+            return Ok(Called::Complete(CallToolResult::error(vec![
                 ContentBlock::text(text),
             ])));
         }
-        let principal = principal::of(&ctx);
         let arguments_digest = arguments.clone();
         // One key for the call, made before the first attempt: every retry below carries it,
         // so the engine starts at most one execution however the attempts end.
-        let start = StartRequest::new(
-            entry.spec.name.clone(),
-            arguments,
-            principal::digest(&principal),
-        )
-        .with_ttl_ms(entry.presentation.ttl_ms);
+        let start = StartRequest::new(entry.spec.name.clone(), arguments, caller.principal_tag())
+            .with_ttl_ms(entry.presentation.ttl_ms);
         if entry.engine.capabilities().synchronous_only {
             // Not retried: a synchronous run may have happened even when its answer was lost.
             return match entry.engine.run_sync(start).await {
                 Ok(record) => {
                     // A synchronous run has no execution reference to report.
-                    audit::started(&ctx, &entry.spec.name, None, &arguments_digest);
-                    audit::finished(&ctx, &entry.spec.name, None, record.state.as_str());
-                    finished(entry, &record).map(CallToolResponse::Complete)
+                    audit::started(caller, &entry.spec.name, None, &arguments_digest);
+                    audit::finished(caller, &entry.spec.name, None, record.state.as_str());
+                    finished(entry, &record).map(Called::Complete)
                 }
-                Err(e) => Ok(CallToolResponse::Complete(tool_error(&entry.spec.name, &e))),
+                Err(e) => Ok(Called::Complete(tool_error(&entry.spec.name, &e))),
             };
         }
         let kind = entry.engine.kind();
@@ -112,49 +124,45 @@ impl FlowgateServer {
                 let mut result = tool_error(&entry.spec.name, &e);
                 // The start may have happened: if the engine knows where it would be, give the
                 // client the task to check (tasks/get says "not found" if it never started).
-                if matches!(e, flowgate_core::EngineError::Timeout { .. })
+                if matches!(e, EngineError::Timeout { .. })
                     && let Some(execution) = entry.engine.execution_for(&start)
                 {
                     let maybe = Started {
                         execution,
                         created_at: chrono::Utc::now(),
                     };
-                    let task = self.created(entry, &maybe, &principal).task;
+                    let task = self.created(caller, entry, &maybe);
                     result.content.push(ContentBlock::text(format!(
                         "If it did start, it is task {}: check it with tasks/get before calling again.",
                         task.task_id
                     )));
                 }
-                return Ok(CallToolResponse::Complete(result));
+                return Ok(Called::Complete(result));
             }
         };
         tracing::info!(tool = %entry.spec.name, execution = %started.execution, as_task, "started");
         audit::started(
-            &ctx,
+            caller,
             &entry.spec.name,
             Some(started.execution.0.as_str()),
             &arguments_digest,
         );
         if as_task && entry.spec.task != TaskSupport::Forbidden {
-            return Ok(CallToolResponse::Task(
-                self.created(entry, &started, &principal),
-            ));
+            return Ok(Called::Task(self.created(caller, entry, &started)));
         }
-        let wait = self.wait_for_result(entry, &started, &ctx);
-        let origin = audit::Origin::of(&ctx);
-        hang_up::unless_hung_up(entry, &started.execution, &ctx.ct, origin, wait)
+        self.wait_for_result(caller, entry, &started)
             .await
-            .map(CallToolResponse::Complete)
+            .map(Called::Complete)
     }
 
-    fn created(&self, entry: &ToolEntry, started: &Started, principal: &str) -> CreateTaskResult {
+    /// The task a started execution is, sealed for the caller.
+    fn created(&self, caller: &Caller, entry: &ToolEntry, started: &Started) -> TaskView {
         let handle = TaskHandle {
             engine: entry.engine.kind().to_owned(),
             tool: entry.spec.name.clone(),
             execution: started.execution.clone(),
             created_at: started.created_at,
         };
-        let id = self.inner.keys.seal(&handle, principal);
         let at = started
             .created_at
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -164,74 +172,76 @@ impl FlowgateServer {
             .engine
             .pacing()
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let mut task = Task::new(id, TaskStatus::Working, at.clone(), at)
-            .with_poll_interval_ms(entry.presentation.poll_interval_ms.max(paced))
-            .with_status_message("Started");
-        if let Some(ttl) = entry.presentation.ttl_ms {
-            task = task.with_ttl_ms(ttl);
+        let poll_interval_ms = entry.presentation.poll_interval_ms.max(paced);
+        if let Some(metrics) = flowgate_telemetry::metrics::get() {
+            let interval = std::time::Duration::from_millis(poll_interval_ms);
+            metrics.poll_interval(&entry.spec.name, interval);
         }
-        CreateTaskResult::new(task)
+        TaskView {
+            task_id: self.inner.keys.seal(&handle, caller.principal_key()),
+            wire: WireTask {
+                status_message: Some("Started".to_owned()),
+                created_at: at.clone(),
+                last_updated_at: at,
+                ttl_ms: entry.presentation.ttl_ms,
+                poll_interval_ms,
+                outcome: Outcome::Working,
+            },
+        }
     }
 
-    /// The synchronous answer for clients that cannot take a task: poll until the execution
-    /// ends or the configured wait runs out (then stop it, so nothing runs unobserved).
+    /// The synchronous answer for clients that cannot take a task: wait until the execution
+    /// ends or the configured wait (or the caller's deadline) runs out, then stop it, so
+    /// nothing runs unobserved; a caller who goes away stops it too.
     async fn wait_for_result(
         &self,
+        caller: &Caller,
         entry: &ToolEntry,
         started: &Started,
-        ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let how = entry.presentation.clone();
-        let kind = entry.engine.kind();
-        let deadline = tokio::time::Instant::now() + self.inner.options.sync_wait;
-        let interval = Duration::from_millis(how.poll_interval_ms).min(SYNC_POLL_CAP);
         let name = &entry.spec.name;
-        loop {
-            let record = match reading(kind, || entry.engine.get(&started.execution)).await {
-                Ok(r) => r,
-                Err(e) if e.is_retryable() => {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Ok(tool_error(name, &e));
-                    }
-                    let pause = match &e {
-                        flowgate_core::EngineError::Throttled {
-                            retry_after: Some(after),
-                            ..
-                        } => (*after).max(interval),
-                        _ => interval,
-                    };
-                    tokio::time::sleep(pause).await;
-                    continue;
-                }
-                Err(e) => return Ok(tool_error(name, &e)),
-            };
-            if record.state.is_terminal() {
-                let execution = Some(started.execution.0.as_str());
-                audit::finished(ctx, name, execution, record.state.as_str());
+        let execution = &started.execution;
+        // Armed for the whole wait: a dropped request stops the execution too.
+        let guard = StopOnDrop::new(entry, execution, caller);
+        let sync_wait = self.inner.options.sync_wait;
+        let began = tokio::time::Instant::now();
+        let waited = self
+            .wait_until_finished(caller, entry, execution, sync_wait, Questions::Stop)
+            .await;
+        let reason = match waited {
+            Waited::Gone => {
+                drop(guard);
+                return Err(ErrorData::internal_error(
+                    "the caller hung up, so the execution was stopped",
+                    None,
+                ));
+            }
+            Waited::Finished(record) => {
+                guard.disarm();
                 return finished(entry, &record);
             }
-            let give_up = match wire::outcome(&record, &how) {
-                Outcome::InputRequired(_) => Some(
-                    "the workflow asked a question, and answering needs a client that supports MCP tasks",
-                ),
-                _ if tokio::time::Instant::now() >= deadline => {
-                    Some("the workflow did not finish within the synchronous wait")
-                }
-                _ => None,
-            };
-            if let Some(reason) = give_up {
-                if entry.engine.cancel(&started.execution).await.is_ok() {
-                    let origin = audit::Origin::of(ctx);
-                    audit::stopped(&origin, name, &started.execution.0, "sync_wait");
-                }
-                let waited = self.inner.options.sync_wait.as_secs();
-                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                    "{name}: {reason} ({waited} s), so it was stopped. Call it from a client that \
-                     supports the MCP tasks extension to run it in the background."
-                ))]));
+            Waited::Failed(e) | Waited::OutOfTime(Some(e)) => {
+                guard.disarm();
+                return Ok(tool_error(name, &e));
             }
-            tokio::time::sleep(interval).await;
+            Waited::Asked => {
+                "the workflow asked a question, and answering needs a client that supports MCP tasks"
+            }
+            // The request's own deadline came before the synchronous wait ran out.
+            Waited::OutOfTime(None) if began.elapsed() + crate::wait::POLL_CAP < sync_wait => {
+                "the workflow did not finish before this request's deadline"
+            }
+            Waited::OutOfTime(None) => "the workflow did not finish within the synchronous wait",
+        };
+        guard.disarm();
+        if entry.engine.cancel(execution).await.is_ok() {
+            audit::stopped(caller, name, &execution.0, "sync_wait");
         }
+        let waited = began.elapsed().as_secs_f32().round();
+        Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+            "{name}: {reason} ({waited} s), so it was stopped. Call it from a client that \
+             supports the MCP tasks extension to run it in the background."
+        ))]))
     }
 }
 

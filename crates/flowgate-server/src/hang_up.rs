@@ -2,65 +2,38 @@
 //!
 //! A client without tasks waits on its `tools/call` for the result, and has no task id to cancel
 //! the run with. When it goes away (the HTTP connection drops, or a stdio client sends
-//! `notifications/cancelled`), rmcp cancels the request's token; the execution is then stopped,
-//! so nothing runs on that nobody can see or stop. The same happens if the waiting future is
-//! dropped without an answer.
+//! `notifications/cancelled`), the wait ends ([`crate::wait::Waited::Gone`]) and the execution is
+//! stopped, so nothing runs on that nobody can see or stop. The same happens if the waiting
+//! future is dropped without an answer: [`StopOnDrop`] is armed for the whole wait.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use flowgate_core::{Engine, ExecutionRef};
-use rmcp::ErrorData;
-use rmcp::model::CallToolResult;
-use tokio_util::sync::CancellationToken;
 
-use crate::ToolEntry;
-use crate::audit::Origin;
 use crate::retry::retrying;
-
-/// Runs `wait` until it answers, or stops the execution if the caller is `gone` first.
-///
-/// # Errors
-/// `wait`'s error, or an internal error (which nobody reads) when the caller hung up.
-pub(crate) async fn unless_hung_up<F>(
-    entry: &ToolEntry,
-    execution: &ExecutionRef,
-    gone: &CancellationToken,
-    origin: Origin,
-    wait: F,
-) -> Result<CallToolResult, ErrorData>
-where
-    F: Future<Output = Result<CallToolResult, ErrorData>>,
-{
-    let guard = StopOnDrop {
-        engine: Arc::clone(&entry.engine),
-        tool: entry.spec.name.clone(),
-        execution: Some(execution.clone()),
-        origin,
-    };
-    tokio::select! {
-        biased;
-        answer = wait => {
-            guard.disarm();
-            answer
-        }
-        () = gone.cancelled() => {
-            drop(guard);
-            Err(ErrorData::internal_error("the caller hung up, so the execution was stopped", None))
-        }
-    }
-}
+use crate::{Caller, ToolEntry, audit};
 
 /// Stops an execution when dropped, unless disarmed first.
-struct StopOnDrop {
+pub(crate) struct StopOnDrop {
     engine: Arc<dyn Engine>,
     tool: String,
     execution: Option<ExecutionRef>,
-    origin: Origin,
+    caller: Caller,
 }
 
 impl StopOnDrop {
-    fn disarm(mut self) {
+    /// Armed for `execution` of `entry`, started by `caller`.
+    pub(crate) fn new(entry: &ToolEntry, execution: &ExecutionRef, caller: &Caller) -> Self {
+        StopOnDrop {
+            engine: Arc::clone(&entry.engine),
+            tool: entry.spec.name.clone(),
+            execution: Some(execution.clone()),
+            caller: caller.clone(),
+        }
+    }
+
+    /// The execution is the caller's to see through: leave it running.
+    pub(crate) fn disarm(mut self) {
         self.execution = None;
     }
 }
@@ -80,12 +53,12 @@ impl Drop for StopOnDrop {
         };
         let engine = Arc::clone(&self.engine);
         let tool = std::mem::take(&mut self.tool);
-        let origin = std::mem::take(&mut self.origin);
+        let caller = self.caller.clone();
         runtime.spawn(async move {
             match retrying(|| engine.cancel(&execution)).await {
                 Ok(()) => {
                     tracing::info!(%tool, %execution, "the caller hung up; execution stopped");
-                    crate::audit::stopped(&origin, &tool, &execution.0, "hung_up");
+                    audit::stopped(&caller, &tool, &execution.0, "hung_up");
                 }
                 Err(e) => {
                     tracing::warn!(%tool, %execution, error = %e, "the caller hung up; stopping the execution failed");
@@ -125,63 +98,33 @@ mod tests {
         (engine, tools, started)
     }
 
-    async fn state_after_a_moment(engine: &FakeEngine, started: &Started) -> TaskState {
-        for _ in 0..50 {
+    /// The execution's state once it settles (the stop is asynchronous), within 5 s.
+    async fn settled(engine: &FakeEngine, started: &Started) -> TaskState {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
             let state = engine.get(&started.execution).await.expect("get").state;
-            if state.is_terminal() {
+            if state.is_terminal() || tokio::time::Instant::now() >= deadline {
                 return state;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        engine.get(&started.execution).await.expect("get").state
     }
 
     #[tokio::test]
-    async fn a_caller_who_hangs_up_stops_the_execution() {
+    async fn a_dropped_guard_stops_the_execution_and_a_disarmed_one_does_not() {
         let (engine, tools, started) = slow_run().await;
         let entry = tools.get("slow").expect("slow");
-        let gone = CancellationToken::new();
-        let waiting = unless_hung_up(
-            entry,
-            &started.execution,
-            &gone,
-            Origin::default(),
-            std::future::pending(),
-        );
-        gone.cancel();
-        assert!(waiting.await.is_err());
-        assert_eq!(
-            state_after_a_moment(&engine, &started).await,
-            TaskState::Cancelled
-        );
-    }
-
-    #[tokio::test]
-    async fn a_dropped_wait_stops_the_execution_and_an_answer_does_not() {
-        let (engine, tools, started) = slow_run().await;
-        let entry = tools.get("slow").expect("slow");
-        let gone = CancellationToken::new();
-        let answered = unless_hung_up(entry, &started.execution, &gone, Origin::default(), async {
-            Ok(CallToolResult::success(vec![]))
-        })
-        .await;
-        assert!(answered.is_ok());
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let caller = Caller::anonymous("r");
+        StopOnDrop::new(entry, &started.execution, &caller).disarm();
+        // A stop would be spawned at once, and the fake engine's cancel never sleeps: on this
+        // single-threaded runtime it would have run after a few yields.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
         let state = engine.get(&started.execution).await.expect("get").state;
         assert!(!state.is_terminal(), "{state:?}");
 
-        let waiting = Box::pin(unless_hung_up(
-            entry,
-            &started.execution,
-            &gone,
-            Origin::default(),
-            std::future::pending(),
-        ));
-        let polled = tokio::time::timeout(Duration::from_millis(20), waiting).await;
-        assert!(polled.is_err(), "still waiting, then dropped");
-        assert_eq!(
-            state_after_a_moment(&engine, &started).await,
-            TaskState::Cancelled
-        );
+        drop(StopOnDrop::new(entry, &started.execution, &caller));
+        assert_eq!(settled(&engine, &started).await, TaskState::Cancelled);
     }
 }

@@ -4,43 +4,57 @@
 //! without sessions; older clients that `initialize` are served too, also without a session id
 //! (and get synchronous results). No request depends on an earlier one reaching this instance.
 //!
-//! Clients on protocol 2025-11-25 get that revision's tasks (module `dialect_2025`, which
-//! translates them onto the same rmcp service). In front of rmcp: a foreign `Origin` gets 403
-//! (module `origins`), a body that is not a
-//! JSON-RPC message gets a JSON-RPC error (module `malformed`), and a `tasks/*` request without
-//! `Mcp-Name` is served as if it had sent its task id (module `mcp_name`). With
-//! [`HttpOptions::auth`] set, `/mcp` requires an OAuth access token (module `auth`); with
-//! [`HttpOptions::identity`], the caller a platform vouches for (module `identity`: the Lambda
-//! request context, a Google ID token, an IAP assertion). Every request carries its id in a
-//! span and in its extensions, for the audit log (`crate::audit`).
+//! One request passes these layers, outermost first (each a module):
+//!
+//! 1. `request_id`: a span with the request's id (the platform's, or a fresh one).
+//! 2. `authenticate`: the one authentication middleware. The configured [`Identity`] (OAuth,
+//!    a Google credential, the AWS Lambda request context) vouches for the caller or the
+//!    request is refused; the request's [`Caller`] goes in its extensions. Nothing reads the
+//!    body of a request before this.
+//! 3. `parse`: the body is parsed once into the JSON-RPC message, which goes in the
+//!    extensions; a body that is no message gets its JSON-RPC error; a `tasks/*` request
+//!    without `Mcp-Name` gets the header from its `taskId`.
+//! 4. `observe`: the MCP request span (traces) and the request's count (metrics), from the
+//!    parsed message and the caller; the span is the parent of everything below, and the
+//!    caller carries it.
+//! 5. `scopes`: a `tools/call` of a tool the caller's scopes do not allow gets 403 with the
+//!    identity's challenge (only when an identity is configured).
+//! 6. `dialect`: 2025-11-25 task requests are answered by `crate::dialect_2025`, after the
+//!    same `Host` and `Origin` checks as rmcp's (`origins::Guard`).
+//! 7. rmcp's `StreamableHttpService` (its `Host` and `Origin` checks, module `origins`, then
+//!    the JSON-RPC decoding and the protocol's header checks), which calls `crate::mcp`, the
+//!    `ServerHandler`, with the caller from the extensions.
+//!
+//! `GET /healthz` answers load balancers; with OAuth, the RFC 9728 metadata is served beside.
 
-mod auth;
-mod dialect_2025;
+mod authenticate;
+mod dialect;
 mod identity;
-mod malformed;
-mod mcp_name;
+mod oauth;
+mod observe;
 mod origins;
+mod parse;
+mod request_id;
 mod scopes;
 
-pub use auth::HttpAuth;
-pub(crate) use auth::caller;
-pub use identity::{GoogleCredential, GoogleIdentity, Identified, PlatformIdentity, Unidentified};
+pub use identity::{GoogleCredential, GoogleIdentity};
+pub use oauth::OAuthIdentity;
 pub use origins::allowed_origin;
-pub(crate) use scopes::allowed;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::Request;
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::http::request::Parts;
 use axum::routing::get;
+use flowgate_auth::Identity;
+use rmcp::RoleServer;
+use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
-use crate::FlowgateServer;
+use crate::mcp::McpService;
+use crate::{Caller, FlowgateServer};
 
 /// Settings of the HTTP transport.
 #[derive(Debug, Clone, Default)]
@@ -53,12 +67,17 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Cancelled to stop in-flight request handling on shutdown.
     pub shutdown: CancellationToken,
-    /// When set, `/mcp` requires a valid bearer token and the RFC 9728 metadata is served.
-    pub auth: Option<Arc<HttpAuth>>,
-    /// When set, `/mcp` requires the platform in front (Lambda Function URL IAM, API Gateway,
-    /// Google) to have vouched for the caller. Exclusive with `auth`.
-    pub identity: Option<Arc<dyn PlatformIdentity>>,
+    /// Who vouches for callers: when set, `/mcp` requires it to identify each caller (and an
+    /// identity that publishes resource metadata, OAuth's, has it served). `None`: callers are
+    /// anonymous.
+    pub identity: Option<Arc<dyn Identity>>,
 }
+
+/// When the platform ends a request (the AWS Lambda invocation's deadline, say). An outer
+/// layer that knows it puts it in the request's extensions; the request's [`Caller`] carries
+/// it, and every wait of the request ends before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(pub tokio::time::Instant);
 
 /// The axum router: `POST /mcp` for MCP, `GET /healthz` for load balancers.
 pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
@@ -80,96 +99,282 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
             .enforce_origin_validation();
     }
     let body_limit = config.max_request_body_bytes;
-    let tool_scopes: std::collections::HashMap<String, Vec<String>> = server
-        .inner
-        .tools
-        .iter()
-        .map(|t| (t.spec.name.clone(), t.spec.scopes.clone()))
-        .collect();
-    let task_support: std::collections::HashMap<String, flowgate_manifest::TaskSupport> = server
-        .inner
-        .tools
-        .iter()
-        .map(|t| (t.spec.name.clone(), t.spec.task))
-        .collect();
-    let for_service = server.clone();
+    // The same checks for the requests answered before rmcp.
+    let guard = origins::Guard {
+        hosts: config.allowed_hosts.clone(),
+        origins: origins::allowlist(&options.allowed_origins),
+    };
+    let service = McpService::new(server.clone(), caller_of);
     let service = StreamableHttpService::new(
-        move || Ok(for_service.clone()),
+        move || Ok(service.clone()),
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    let mcp = Router::new().nest_service("/mcp", service);
-    let dialect = dialect_2025::Dialect {
-        service: mcp.clone(),
-        server,
-        task_support: Arc::new(task_support),
-        limit: body_limit,
+    // Layers run outermost last-added: see the module's list for the order a request meets.
+    let dialect = dialect::Dialect {
+        server: server.clone(),
+        guard: Arc::new(guard),
     };
-    let mut app = mcp
-        .layer(axum::middleware::from_fn_with_state(
-            dialect,
-            dialect_2025::serve_2025,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            body_limit,
-            mcp_name::fill_task_name,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            body_limit,
-            malformed::jsonrpc_errors,
-        ));
-    if let Some(auth) = options.auth {
-        // Outermost on `/mcp`: nothing reads the body of a request without a valid token.
+    let mut mcp =
+        Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn_with_state(
+                dialect,
+                dialect::serve_2025,
+            ));
+    if let Some(identity) = &options.identity {
         let check = scopes::ScopeCheck {
-            auth: auth.clone(),
-            tools: Arc::new(tool_scopes),
-            limit: body_limit,
+            identity: Arc::clone(identity),
+            server,
         };
-        app = app
-            .layer(axum::middleware::from_fn_with_state(
-                check,
-                scopes::require_scopes,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                auth.clone(),
-                auth::require_token,
-            ))
-            .merge(auth::metadata_routes(auth));
-    } else if let Some(identity) = options.identity {
-        app = app.layer(axum::middleware::from_fn_with_state(
-            identity,
-            identity::require_identity,
+        mcp = mcp.layer(axum::middleware::from_fn_with_state(
+            check,
+            scopes::require_scopes,
         ));
     }
+    let mut app = mcp
+        .layer(axum::middleware::from_fn(observe::observe))
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit,
+            parse::parse,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            options.identity.clone(),
+            authenticate::authenticate,
+        ));
+    if let Some(metadata) = options
+        .identity
+        .as_ref()
+        .and_then(authenticate::metadata_routes)
+    {
+        app = app.merge(metadata);
+    }
     app.route("/healthz", get(|| async { "ok\n" }))
-        .layer(axum::middleware::from_fn(request_span))
+        .layer(axum::middleware::from_fn(request_id::request_span))
 }
 
-/// Runs each request inside a span carrying its id, so every log line of the request has
-/// `requestId`: the platform's id when there is one (Cloud Run's trace header, a load
-/// balancer's `x-request-id`, Lambda's `x-amzn-trace-id`), else a fresh one.
-async fn request_span(mut request: Request, next: Next) -> Response {
-    let (id, mcp_method) = {
-        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-        let id = header("x-request-id")
-            .or_else(|| header("x-cloud-trace-context").and_then(|v| v.split('/').next()))
-            .or_else(|| header("x-amzn-trace-id"))
-            .map(|v| v.chars().take(128).collect::<String>())
-            .unwrap_or_else(|| format!("{:016x}", fresh_id()));
-        (id, header("mcp-method").unwrap_or("").to_owned())
-    };
-    let span = tracing::info_span!("request", requestId = %id, mcpMethod = %mcp_method);
-    request.extensions_mut().insert(crate::audit::RequestId(id));
-    next.run(request).instrument(span).await
+/// The caller of a request rmcp routes: the one `authenticate` put in the HTTP request's
+/// extensions, gone when rmcp cancels the request (its client disconnected).
+fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
+    ctx.extensions
+        .get::<Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+        .unwrap_or_else(|| Caller::anonymous(""))
+        .with_gone(ctx.ct.clone())
 }
 
-/// The clock mixed with a per-process counter: unique enough to correlate log lines.
-fn fresh_id() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default();
-    nanos ^ NEXT.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use flowgate_auth::{Authenticated, Identified, Mode, Principal, Refused};
+    use flowgate_core::handle::{HandleKey, Keyring};
+    use flowgate_core::testing::{FakeEngine, register};
+    use serde_json::{Value, json};
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::{ServerOptions, ToolSet};
+
+    /// An identity that takes the caller from `x-test-caller` (and its scopes from
+    /// `x-test-scopes`): `bad` is an invalid credential, `down` keys that cannot be fetched.
+    #[derive(Debug)]
+    struct HeaderIdentity;
+
+    impl Identity for HeaderIdentity {
+        fn mode(&self) -> Mode {
+            Mode::ApigwAuthorizer
+        }
+
+        fn identify<'a>(&'a self, request: &'a Parts) -> Identified<'a> {
+            let header = |name: &str| {
+                request
+                    .headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let caller = header("x-test-caller");
+            let scopes = header("x-test-scopes").unwrap_or_default();
+            Box::pin(async move {
+                match caller.as_deref() {
+                    None => Err(Refused::missing("no caller")),
+                    Some("bad") => Err(Refused::invalid("a bad credential")),
+                    Some("down") => Err(Refused::unavailable("no keys")),
+                    Some(who) => Ok(Authenticated {
+                        principal: Principal {
+                            issuer: "test".into(),
+                            subject: who.into(),
+                        },
+                        scopes: scopes
+                            .split_whitespace()
+                            .map(str::to_owned)
+                            .collect::<BTreeSet<_>>(),
+                    }),
+                }
+            })
+        }
+
+        fn credential_headers(&self) -> &'static [&'static str] {
+            &["x-test-caller"]
+        }
+    }
+
+    fn app(identity: Option<Arc<dyn Identity>>) -> Router {
+        let engine = FakeEngine::new();
+        let mut registry = flowgate_core::Registry::new();
+        register(&mut registry, engine);
+        let manifest = flowgate_manifest::parse_str(
+            "tools:\n  - name: open\n    target: { engine: fake }\n  - name: deploy\n    scopes: [deploy]\n    target: { engine: fake }\n",
+            Path::new("m.yaml"),
+        )
+        .expect("manifest");
+        let tools = ToolSet::build(&manifest, &registry).expect("tools");
+        let keys = Keyring::new(HandleKey::random("k").expect("key"), vec![]);
+        let server = FlowgateServer::new(tools, keys, ServerOptions::default());
+        router(
+            server,
+            HttpOptions {
+                identity,
+                ..HttpOptions::default()
+            },
+        )
+    }
+
+    /// A 2026-07-28 request to `/mcp` (`tasks`: whether the client declares the extension).
+    fn request(
+        method: &str,
+        params: Value,
+        tasks: bool,
+        headers: &[(&str, &str)],
+    ) -> Request<Body> {
+        let mut params = params;
+        let capabilities = if tasks {
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+        } else {
+            json!({})
+        };
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+        });
+        let name = params["name"].as_str().map(str::to_owned);
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let mut builder = Request::post("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        if let Some(name) = name {
+            builder = builder.header("mcp-name", name);
+        }
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        builder.body(Body::from(body.to_string())).expect("request")
+    }
+
+    async fn answer(
+        app: &Router,
+        request: Request<Body>,
+    ) -> (StatusCode, axum::http::HeaderMap, Value) {
+        let response = app.clone().oneshot(request).await.expect("answer");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, headers, body)
+    }
+
+    fn challenge(headers: &axum::http::HeaderMap) -> Option<&str> {
+        headers
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn one_middleware_authenticates_for_any_identity_and_checks_scopes() {
+        let app = app(Some(Arc::new(HeaderIdentity)));
+        let list = || request("tools/list", json!({}), true, &[]);
+        let (status, headers, body) = answer(&app, list()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        assert_eq!(challenge(&headers), Some("Bearer"));
+        assert_eq!(body["error"], "unauthorized");
+
+        let bad = request("tools/list", json!({}), true, &[("x-test-caller", "bad")]);
+        let (status, headers, _) = answer(&app, bad).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(challenge(&headers), Some("Bearer error=\"invalid_token\""));
+
+        let down = request("tools/list", json!({}), true, &[("x-test-caller", "down")]);
+        let (status, headers, body) = answer(&app, down).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            headers.get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"5"[..])
+        );
+        assert_eq!(body["error"], "temporarily_unavailable");
+
+        // Carol lacks `deploy`: the tool is not listed, and a call is 403 with the challenge.
+        let carol = [("x-test-caller", "carol")];
+        let listed = request("tools/list", json!({}), true, &carol);
+        let (status, _, body) = answer(&app, listed).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let names: Vec<&str> = body["result"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(names, ["open"]);
+        let call = json!({"name": "deploy", "arguments": {}});
+        let (status, headers, _) =
+            answer(&app, request("tools/call", call.clone(), true, &carol)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(
+            challenge(&headers),
+            Some("Bearer scope=\"deploy\", error=\"insufficient_scope\"")
+        );
+        // With the scope, the call starts a task.
+        let dave = [("x-test-caller", "dave"), ("x-test-scopes", "deploy")];
+        let (status, _, body) = answer(&app, request("tools/call", call, true, &dave)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["result"]["resultType"], "task", "{body}");
+
+        // This identity publishes no resource metadata: none is served (OAuth's is, see the
+        // e2e tests).
+        let metadata = Request::get("/.well-known/oauth-protected-resource")
+            .header("x-test-caller", "dave")
+            .body(Body::empty())
+            .expect("request");
+        let (status, _, _) = answer(&app, metadata).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_request_deadline_bounds_a_synchronous_call() {
+        let app = app(None);
+        let call = json!({"name": "open", "arguments": {"script": [{"work": 600_000}]}});
+        let mut request = request("tools/call", call, false, &[]);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(2500);
+        request.extensions_mut().insert(Deadline(deadline));
+        let (status, _, body) = answer(&app, request).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "answered after the request's deadline"
+        );
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["result"]["isError"], true, "{body}");
+        let text = body["result"]["content"][0]["text"].as_str().unwrap_or("");
+        assert!(text.contains("before this request's deadline"), "{text}");
+    }
 }

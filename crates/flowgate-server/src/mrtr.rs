@@ -16,16 +16,15 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use flowgate_core::{Action, InputResponse};
+use rmcp::ErrorData;
 use rmcp::model::{
     CallToolResult, ContentBlock, InputRequests, InputRequiredResult, InputResponses,
 };
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::{FlowgateServer, ToolEntry, principal};
+use crate::{Caller, FlowgateServer, ToolEntry};
 
 /// The sealing purpose of request states.
 const PURPOSE: &str = "fs1";
@@ -69,19 +68,20 @@ fn invalid_state() -> ErrorData {
 
 impl FlowgateServer {
     /// Fills missing arguments from this round's answers and the sealed state of earlier rounds,
-    /// or decides what to ask next.
+    /// or decides what to ask next (when the client `can_elicit`).
     pub(crate) fn gather(
         &self,
+        caller: &Caller,
         entry: &ToolEntry,
         mut arguments: Map<String, Value>,
         responses: Option<InputResponses>,
         request_state: Option<&str>,
-        ctx: &RequestContext<RoleServer>,
+        can_elicit: bool,
     ) -> Result<Gathered, ErrorData> {
         if entry.spec.elicit.is_empty() {
             return Ok(Gathered::Ready(arguments));
         }
-        let principal = principal::of(ctx);
+        let principal = caller.principal_key();
         let args_digest = digest(&arguments);
         let mut gathered = match request_state {
             None => Map::new(),
@@ -89,7 +89,7 @@ impl FlowgateServer {
                 let bytes = self
                     .inner
                     .keys
-                    .open_bytes(PURPOSE, token, &principal)
+                    .open_bytes(PURPOSE, token, principal)
                     .map_err(|_| invalid_state())?;
                 let state: PendingCall =
                     serde_json::from_slice(&bytes).map_err(|_| invalid_state())?;
@@ -142,7 +142,7 @@ impl FlowgateServer {
             .iter()
             .filter(|e| !arguments.contains_key(&e.argument) && !gathered.contains_key(&e.argument))
             .collect();
-        if missing.is_empty() || !crate::client::can_elicit(ctx) {
+        if missing.is_empty() || !can_elicit {
             // Without the elicitation capability, schema validation names what is missing.
             arguments.extend(gathered);
             return Ok(Gathered::Ready(arguments));
@@ -176,7 +176,7 @@ impl FlowgateServer {
         let token = self.inner.keys.seal_bytes(
             PURPOSE,
             &serde_json::to_vec(&state).unwrap_or_default(),
-            &principal,
+            principal,
         );
         Ok(Gathered::Ask(InputRequiredResult::new(
             Some(requests),

@@ -4,7 +4,8 @@
 //! (`taskId: 123`, `arguments: "x"`), falls back to a custom request, whose default answer is
 //! `-32601` method not found (HTTP 404). For a method flowgate serves that is wrong: the method
 //! exists and its params are invalid, so the answer is `-32602` naming the field. Methods
-//! flowgate does not serve stay method-not-found.
+//! flowgate does not serve stay method-not-found. The 2025-11-25 dialect decodes its params
+//! with [`decode`], so its refusals read the same.
 
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -48,6 +49,25 @@ pub(crate) fn unrouted(request: &CustomRequest) -> ErrorData {
     ErrorData::invalid_params(format!("invalid params for {method}: {problem}"), None)
 }
 
+/// `params` of a `method` request as a `T`.
+///
+/// # Errors
+/// `-32602` naming the field at fault (or that the params are missing).
+pub(crate) fn decode<T: DeserializeOwned>(
+    method: &str,
+    params: Option<&Value>,
+) -> Result<T, ErrorData> {
+    let invalid = |problem: String| {
+        ErrorData::invalid_params(format!("invalid params for {method}: {problem}"), None)
+    };
+    match params {
+        None | Some(Value::Null) => Err(invalid("params are missing".to_owned())),
+        Some(params) => {
+            serde_path_to_error::deserialize::<_, T>(params).map_err(|e| invalid(located(&e)))
+        }
+    }
+}
+
 fn required<T: DeserializeOwned>(params: Option<&Value>) -> Option<String> {
     match params {
         None | Some(Value::Null) => Some("params are missing".to_owned()),
@@ -64,12 +84,16 @@ fn optional<T: DeserializeOwned>(params: Option<&Value>) -> Option<String> {
 /// The decoding error of `params` as a `T`, led by the path of the field at fault.
 fn problem<T: DeserializeOwned>(params: &Value) -> Option<String> {
     let error = serde_path_to_error::deserialize::<_, T>(params).err()?;
+    Some(located(&error))
+}
+
+fn located(error: &serde_path_to_error::Error<serde_json::Error>) -> String {
     let path = error.path().to_string();
-    Some(if path.is_empty() || path == "." {
+    if path.is_empty() || path == "." {
         error.inner().to_string()
     } else {
         format!("{path}: {}", error.inner())
-    })
+    }
 }
 
 #[cfg(test)]
@@ -105,6 +129,18 @@ mod tests {
         let e = answer("tasks/get", None);
         assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
         assert!(e.message.contains("missing"), "{}", e.message);
+    }
+
+    #[test]
+    fn decoding_names_the_field_as_the_fallback_does() {
+        let e = decode::<GetTaskParams>("tasks/get", Some(&json!({"taskId": 123})))
+            .expect_err("invalid");
+        assert_eq!(e, answer("tasks/get", Some(json!({"taskId": 123}))));
+        let e = decode::<GetTaskParams>("tasks/result", None).expect_err("missing");
+        assert!(e.message.contains("missing"), "{}", e.message);
+        let ok: GetTaskParams =
+            decode("tasks/get", Some(&json!({"taskId": "t"}))).expect("decodes");
+        assert_eq!(ok.task_id, "t");
     }
 
     #[test]

@@ -1,60 +1,95 @@
-//! `tasks/get`, `tasks/update`, `tasks/cancel`: open the handle, ask the engine.
+//! `tasks/get`, `tasks/update`, `tasks/cancel` and the listing of a caller's tasks: open the
+//! handle for the caller, ask the engine. Every transport and both task dialects call these.
 
-use flowgate_core::EngineError;
 use flowgate_core::handle::TaskHandle;
-use flowgate_core::wire::{Outcome, WireTask};
-use rmcp::model::{
-    DetailedTask, GetTaskResult, InputRequests, InputResponses, Task, TaskPayload, TaskStatus,
-};
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer};
-use serde_json::json;
+use flowgate_core::wire::{self, Envelope, Outcome, WireTask};
+use flowgate_core::{EngineError, ExecutionRecord, ListFilter};
+use rmcp::ErrorData;
+use rmcp::model::InputResponses;
 
 use crate::answers;
-use crate::errors::{rpc_error, task_not_found};
+use std::sync::Arc;
+
+use crate::errors::{rpc_error, task_not_found, tool_gone};
 use crate::retry::{START_DEADLINE, reading, within};
-use crate::{FlowgateServer, ToolEntry, audit, principal};
+use crate::{Caller, FlowgateServer, ToolEntry, audit};
+
+/// A task as the operations answer it: its id and its projection, which each dialect shapes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TaskView {
+    /// The sealed handle.
+    pub(crate) task_id: String,
+    /// The task on the wire.
+    pub(crate) wire: WireTask,
+}
+
+/// One of a caller's tasks as `tasks/list` shows it (status and times, no payload).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ListedTask {
+    pub(crate) task_id: String,
+    pub(crate) status: wire::WireStatus,
+    pub(crate) created_at: String,
+    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) poll_interval_ms: u64,
+}
+
+impl ListedTask {
+    /// The task without a payload (a listed task's last change is not known: its creation).
+    pub(crate) fn envelope(&self) -> Envelope<'_> {
+        Envelope {
+            status: self.status,
+            status_message: None,
+            created_at: &self.created_at,
+            last_updated_at: &self.created_at,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+        }
+    }
+}
+
+/// The most tasks a listing reaches into (its pages included).
+pub(crate) const LIST_LIMIT: usize = 1000;
 
 impl FlowgateServer {
-    /// Opens a task id for this request's principal and finds its tool. Every failure is the
+    /// Opens a task id for the caller's principal and finds its tool. Every failure is the
     /// same "task not found".
-    fn open(
+    pub(crate) fn open(
         &self,
+        caller: &Caller,
         task_id: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<(TaskHandle, &ToolEntry), ErrorData> {
+    ) -> Result<(TaskHandle, Arc<ToolEntry>), ErrorData> {
         let handle = self
             .inner
             .keys
-            .open(task_id, &principal::of(ctx))
+            .open(task_id, caller.principal_key())
             .map_err(|e| {
                 tracing::info!(reason = %e, "task handle refused");
-                audit::refused(ctx, "task_not_found", None, None);
+                audit::refused(caller, "task_not_found", None, None);
                 task_not_found()
             })?;
+        // The handle is the caller's own: saying that its tool is gone tells it nothing new.
         let entry = self
-            .inner
-            .tools
-            .get(&handle.tool)
-            .filter(|e| e.engine.kind() == handle.engine)
-            .ok_or_else(task_not_found)?;
+            .entry_for(&handle.tool, &handle.engine)
+            .ok_or_else(|| tool_gone(&handle.tool))?;
+        flowgate_telemetry::request::tool(caller.span(), &entry.spec.name);
         Ok((handle, entry))
     }
 
+    /// `tasks/get`: the task as the engine has it now.
     pub(crate) async fn task_get(
         &self,
+        caller: &Caller,
         task_id: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<GetTaskResult, ErrorData> {
-        let (handle, entry) = self.open(task_id, ctx)?;
-        let how = entry.presentation.clone();
+    ) -> Result<TaskView, ErrorData> {
+        let (handle, entry) = self.open(caller, task_id)?;
+        let how = &entry.presentation;
         let kind = entry.engine.kind();
         let wire = match reading(kind, || entry.engine.get(&handle.execution)).await {
             Ok(mut record) => {
                 known_times(&mut record, &handle);
                 if record.state.is_terminal() {
                     let execution = Some(handle.execution.0.as_str());
-                    audit::finished(ctx, &entry.spec.name, execution, record.state.as_str());
+                    audit::finished(caller, &entry.spec.name, execution, record.state.as_str());
                 }
                 entry.project(&record)
             }
@@ -93,16 +128,25 @@ impl FlowgateServer {
             }
             Err(e) => return Err(rpc_error(&entry.spec.name, &e)),
         };
-        Ok(GetTaskResult::new(detailed(task_id, wire)))
+        if let Some(metrics) = flowgate_telemetry::metrics::get() {
+            let interval = std::time::Duration::from_millis(wire.poll_interval_ms);
+            metrics.task_get(&entry.spec.name, Some(interval));
+        }
+        Ok(TaskView {
+            task_id: task_id.to_owned(),
+            wire,
+        })
     }
 
+    /// `tasks/update`: answers to the task's outstanding questions, all checked before any is
+    /// delivered.
     pub(crate) async fn task_update(
         &self,
+        caller: &Caller,
         task_id: &str,
         responses: InputResponses,
-        ctx: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let (handle, entry) = self.open(task_id, ctx)?;
+        let (handle, entry) = self.open(caller, task_id)?;
         if responses.is_empty() {
             return Ok(());
         }
@@ -135,57 +179,40 @@ impl FlowgateServer {
             let count = delivered.len();
             let execution = handle.execution.0.as_str();
             let answers = serde_json::Value::Object(delivered);
-            audit::answered(ctx, &entry.spec.name, execution, &answers, count);
+            audit::answered(caller, &entry.spec.name, execution, &answers, count);
         }
         Ok(())
     }
 
+    /// `tasks/cancel`: asks the engine to stop the execution.
     pub(crate) async fn task_cancel(
         &self,
+        caller: &Caller,
         task_id: &str,
-        ctx: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let (handle, entry) = self.open(task_id, ctx)?;
+        let (handle, entry) = self.open(caller, task_id)?;
         within(START_DEADLINE, entry.engine.kind(), || {
             entry.engine.cancel(&handle.execution)
         })
         .await
         .map_err(|e| rpc_error(&entry.spec.name, &e))?;
         tracing::info!(tool = %entry.spec.name, execution = %handle.execution, "cancel requested");
-        audit::cancelled(ctx, &entry.spec.name, handle.execution.0.as_str());
+        audit::cancelled(caller, &entry.spec.name, handle.execution.0.as_str());
         Ok(())
     }
-}
 
-/// An engine may not have a creation time yet (a Workflows execution QUEUED in a backlog has
-/// no `startTime`): the handle's, from when the start returned, is the task's creation then,
-/// never 1970 (clients computing `createdAt + ttlMs` would take the task for expired).
-fn known_times(record: &mut flowgate_core::ExecutionRecord, handle: &TaskHandle) {
-    if record.created_at.timestamp() <= 0 {
-        record.created_at = handle.created_at;
-    }
-    if record.updated_at < record.created_at {
-        record.updated_at = record.created_at;
-    }
-}
-
-impl FlowgateServer {
-    /// The caller's tasks as 2025-11-25 `Task`s (`tasks/list`), newest first: the executions
-    /// each tool's engine lists for this principal (tools whose engine cannot list are left
-    /// out), at most `limit` (and never more than [`LIST_LIMIT`]) in all.
-    pub(crate) async fn list_tasks_2025(
-        &self,
-        principal: &str,
-        limit: usize,
-    ) -> Vec<serde_json::Value> {
+    /// The caller's tasks, newest first: the executions each tool's engine lists for the
+    /// caller's principal tag (tools whose engine cannot list are left out), at most `limit`
+    /// (and never more than [`LIST_LIMIT`]) in all. Their ids are sealed afresh.
+    pub(crate) async fn task_list(&self, caller: &Caller, limit: usize) -> Vec<ListedTask> {
         let limit = limit.min(LIST_LIMIT);
-        let digest = principal::digest(principal);
+        let tag = caller.principal_tag();
         let mut found = Vec::new();
-        for entry in self.inner.tools.iter() {
+        for entry in self.tools().iter() {
             if !entry.engine.capabilities().list {
                 continue;
             }
-            let filter = flowgate_core::ListFilter::for_principal(digest.clone(), Some(limit));
+            let filter = ListFilter::for_principal(tag.clone(), Some(limit));
             let listed = match reading(entry.engine.kind(), || entry.engine.list(filter.clone()))
                 .await
             {
@@ -202,28 +229,17 @@ impl FlowgateServer {
                     execution: summary.execution,
                     created_at: summary.created_at,
                 };
-                let at = summary
-                    .created_at
-                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-                let status = match summary.state {
-                    flowgate_core::TaskState::InputRequired => "input_required",
-                    flowgate_core::TaskState::Completed => "completed",
-                    flowgate_core::TaskState::Failed | flowgate_core::TaskState::Unknown => {
-                        "failed"
-                    }
-                    flowgate_core::TaskState::Cancelled => "cancelled",
-                    _ => "working",
-                };
                 found.push((
                     summary.created_at,
-                    json!({
-                        "taskId": self.inner.keys.seal(&handle, principal),
-                        "status": status,
-                        "createdAt": at,
-                        "lastUpdatedAt": at,
-                        "ttl": entry.presentation.ttl_ms,
-                        "pollInterval": entry.presentation.poll_interval_ms,
-                    }),
+                    ListedTask {
+                        task_id: self.inner.keys.seal(&handle, caller.principal_key()),
+                        status: wire::status(summary.state, entry.presentation.failure),
+                        created_at: summary
+                            .created_at
+                            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                        ttl_ms: entry.presentation.ttl_ms,
+                        poll_interval_ms: entry.presentation.poll_interval_ms,
+                    },
                 ));
             }
         }
@@ -233,48 +249,14 @@ impl FlowgateServer {
     }
 }
 
-/// The most tasks `tasks/list` reaches into (its pages included).
-const LIST_LIMIT: usize = 1000;
-
-/// Builds rmcp's `DetailedTask` from the core's projection.
-fn detailed(task_id: &str, wire: WireTask) -> DetailedTask {
-    let (status, payload) = match wire.outcome {
-        Outcome::Working => (TaskStatus::Working, TaskPayload::Working),
-        Outcome::InputRequired(map) => {
-            let input_requests: InputRequests =
-                serde_json::from_value(serde_json::Value::Object(map)).unwrap_or_default();
-            (
-                TaskStatus::InputRequired,
-                TaskPayload::InputRequired { input_requests },
-            )
-        }
-        Outcome::Completed(result) => {
-            let result = match result {
-                serde_json::Value::Object(map) => map,
-                _ => Default::default(),
-            };
-            (TaskStatus::Completed, TaskPayload::Completed { result })
-        }
-        Outcome::Failed(e) => {
-            let mut error = json!({"code": e.code, "message": e.message});
-            if let Some(data) = e.data {
-                error["data"] = data;
-            }
-            let error = match error {
-                serde_json::Value::Object(map) => map,
-                _ => Default::default(),
-            };
-            (TaskStatus::Failed, TaskPayload::Failed { error })
-        }
-        Outcome::Cancelled => (TaskStatus::Cancelled, TaskPayload::Cancelled),
-    };
-    let mut task = Task::new(task_id, status, wire.created_at, wire.last_updated_at)
-        .with_poll_interval_ms(wire.poll_interval_ms);
-    if let Some(ttl) = wire.ttl_ms {
-        task = task.with_ttl_ms(ttl);
+/// An engine may not have a creation time yet (a Workflows execution QUEUED in a backlog has
+/// no `startTime`): the handle's, from when the start returned, is the task's creation then,
+/// never 1970 (clients computing `createdAt + ttlMs` would take the task for expired).
+pub(crate) fn known_times(record: &mut ExecutionRecord, handle: &TaskHandle) {
+    if record.created_at.timestamp() <= 0 {
+        record.created_at = handle.created_at;
     }
-    if let Some(message) = wire.status_message {
-        task = task.with_status_message(message);
+    if record.updated_at < record.created_at {
+        record.updated_at = record.created_at;
     }
-    DetailedTask::new(task, payload)
 }

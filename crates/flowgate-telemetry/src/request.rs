@@ -166,9 +166,12 @@ pub fn active() -> bool {
     crate::metrics::get().is_some() || tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO)
 }
 
-/// Names the tool the current request works for (a `tasks/*` request, once its handle is open).
-pub fn tool(name: &str) {
-    tracing::Span::current().record("flowgate.tool", name);
+/// Names the tool the request whose span is `span` works for (a `tasks/*` request, once its
+/// handle is open).
+pub fn tool(span: &tracing::Span, name: &str) {
+    if !span.is_disabled() {
+        span.record("flowgate.tool", name);
+    }
 }
 
 #[cfg(test)]

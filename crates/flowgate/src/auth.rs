@@ -4,105 +4,79 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowgate_auth::{JwksSource, KeySet, TokenKind, TokenValidator, ValidatorConfig, google};
-use flowgate_server::http::{GoogleCredential, GoogleIdentity, HttpAuth, PlatformIdentity};
+use flowgate_auth::{
+    Identity, JwksSource, KeySet, Mode, TokenKind, TokenValidator, ValidatorConfig, google,
+};
+use flowgate_server::http::{GoogleCredential, GoogleIdentity, OAuthIdentity};
 
-use crate::cli::{AuthMode, ServeArgs};
+use crate::cli::ServeArgs;
 
 /// Keys are fetched again after this long even when every `kid` is known (revoked keys go).
 const MAX_AGE: Duration = Duration::from_secs(3600);
 
-/// What protects `/mcp`: at most one of the two is set.
-#[derive(Debug, Default)]
-pub(crate) struct Protection {
-    /// OAuth resource server.
-    pub(crate) oauth: Option<Arc<HttpAuth>>,
-    /// A platform identity.
-    pub(crate) platform: Option<Arc<dyn PlatformIdentity>>,
-    /// The mode's name, for the start-up log.
-    pub(crate) mode: Option<&'static str>,
-}
-
-/// The protection `args` configure. `scopes` are every scope a tool requires, advertised in
-/// the OAuth metadata document; `lambda` says whether this process serves Lambda events.
+/// Who vouches for the callers of `/mcp`, as `args` configure it (`None`: nobody, callers are
+/// anonymous). `scopes` are every scope a tool requires, advertised in the OAuth metadata
+/// document; `lambda` says whether this process serves Lambda events.
 pub(crate) fn from_args(
     args: &ServeArgs,
     scopes: Vec<String>,
     lambda: bool,
-) -> Result<Protection, String> {
+) -> Result<Option<Arc<dyn Identity>>, String> {
     let mode = match (args.auth_mode, &args.auth_issuer) {
         (Some(mode), _) => mode,
-        (None, Some(_)) => AuthMode::Oauth,
+        (None, Some(_)) => Mode::Oauth,
         (None, None) => {
             if args.auth_audience.is_some() || args.auth_jwks_url.is_some() {
                 return Err("--auth-audience and --auth-jwks-url need an --auth-mode".into());
             }
-            return Ok(Protection::default());
+            return Ok(None);
         }
     };
-    let name = mode_name(mode);
+    let name = mode.name();
     if args.stdio {
         return Err(format!(
             "--auth-mode {name} protects the HTTP transport; it cannot apply to --stdio"
         ));
     }
-    if !args.auth_allowed.is_empty()
-        && !matches!(mode, AuthMode::GoogleIdToken | AuthMode::GoogleIap)
-    {
+    if !args.auth_allowed.is_empty() && !mode.on_google() {
         return Err(format!(
             "--auth-allowed applies to the Google modes, not {name}"
         ));
     }
-    if mode != AuthMode::Oauth && (args.auth_issuer.is_some() || args.auth_resource.is_some()) {
+    if mode != Mode::Oauth && (args.auth_issuer.is_some() || args.auth_resource.is_some()) {
         return Err(format!(
             "--auth-issuer and --auth-resource belong to --auth-mode oauth, not {name}"
         ));
     }
-    if mode != AuthMode::Oauth && args.auth_untyped_access_tokens {
+    if mode != Mode::Oauth && args.auth_untyped_access_tokens {
         return Err(format!(
             "--auth-untyped-access-tokens belongs to --auth-mode oauth, not {name}"
         ));
     }
-    let mut protection = Protection {
-        mode: Some(name),
-        ..Protection::default()
+    let identity = if mode == Mode::Oauth {
+        oauth(args, scopes)?
+    } else if mode.on_lambda() {
+        if args.auth_audience.is_some() || args.auth_jwks_url.is_some() {
+            return Err(format!(
+                "--auth-mode {name} takes the caller from AWS; --auth-audience and \
+                 --auth-jwks-url do not apply"
+            ));
+        }
+        if !lambda {
+            return Err(format!(
+                "--auth-mode {name} reads the caller from the AWS Lambda request context; \
+                 it applies only when running on AWS Lambda"
+            ));
+        }
+        lambda_identity(mode)?
+    } else {
+        google_identity(args, mode)?
     };
-    match mode {
-        AuthMode::Oauth => protection.oauth = Some(oauth(args, scopes)?),
-        AuthMode::AwsIam | AuthMode::ApigwJwt | AuthMode::ApigwAuthorizer => {
-            if args.auth_audience.is_some() || args.auth_jwks_url.is_some() {
-                return Err(format!(
-                    "--auth-mode {name} takes the caller from AWS; --auth-audience and \
-                     --auth-jwks-url do not apply"
-                ));
-            }
-            if !lambda {
-                return Err(format!(
-                    "--auth-mode {name} reads the caller from the AWS Lambda request context; \
-                     it applies only when running on AWS Lambda"
-                ));
-            }
-            protection.platform = Some(lambda_identity(mode)?);
-        }
-        AuthMode::GoogleIdToken | AuthMode::GoogleIap => {
-            protection.platform = Some(google_identity(args, mode)?);
-        }
-    }
-    Ok(protection)
+    debug_assert_eq!(identity.mode(), mode);
+    Ok(Some(identity))
 }
 
-pub(crate) fn mode_name(mode: AuthMode) -> &'static str {
-    match mode {
-        AuthMode::Oauth => "oauth",
-        AuthMode::AwsIam => "aws-iam",
-        AuthMode::ApigwJwt => "apigw-jwt",
-        AuthMode::ApigwAuthorizer => "apigw-authorizer",
-        AuthMode::GoogleIdToken => "google-id-token",
-        AuthMode::GoogleIap => "google-iap",
-    }
-}
-
-fn oauth(args: &ServeArgs, scopes: Vec<String>) -> Result<Arc<HttpAuth>, String> {
+fn oauth(args: &ServeArgs, scopes: Vec<String>) -> Result<Arc<dyn Identity>, String> {
     let (Some(issuer), Some(resource)) = (&args.auth_issuer, &args.auth_resource) else {
         return Err("--auth-mode oauth needs --auth-issuer and --auth-resource".into());
     };
@@ -131,22 +105,22 @@ fn oauth(args: &ServeArgs, scopes: Vec<String>) -> Result<Arc<HttpAuth>, String>
         config.token_kind = TokenKind::UntypedAccessToken;
     }
     let validator = TokenValidator::new(config, keys);
-    Ok(Arc::new(HttpAuth::new(validator, scopes)))
+    Ok(Arc::new(OAuthIdentity::new(validator, scopes)))
 }
 
-fn google_identity(args: &ServeArgs, mode: AuthMode) -> Result<Arc<dyn PlatformIdentity>, String> {
-    let name = mode_name(mode);
+fn google_identity(args: &ServeArgs, mode: Mode) -> Result<Arc<dyn Identity>, String> {
+    let name = mode.name();
     let Some(audience) = args.auth_audience.as_deref().filter(|a| !a.is_empty()) else {
         return Err(format!(
             "--auth-mode {name} needs --auth-audience (FLOWGATE_AUTH_AUDIENCE): {}",
             match mode {
-                AuthMode::GoogleIap =>
+                Mode::GoogleIap =>
                     "IAP's audience, /projects/NUMBER/global/backendServices/ID or /projects/NUMBER/apps/PROJECT",
                 _ => "the service's URL, as callers ask for their ID tokens",
             }
         ));
     };
-    let (credential, config, default_keys) = if mode == AuthMode::GoogleIap {
+    let (credential, config, default_keys) = if mode == Mode::GoogleIap {
         if !audience.starts_with("/projects/") {
             return Err(format!(
                 "--auth-audience for google-iap starts with /projects/ (got {audience:?})"
@@ -167,7 +141,7 @@ fn google_identity(args: &ServeArgs, mode: AuthMode) -> Result<Arc<dyn PlatformI
     };
     let allowed =
         google::AllowList::parse(&args.auth_allowed).map_err(|e| format!("--auth-allowed: {e}"))?;
-    if mode == AuthMode::GoogleIdToken && allowed.is_empty() {
+    if mode == Mode::GoogleIdToken && allowed.is_empty() {
         return Err(
             "--auth-mode google-id-token needs --auth-allowed (FLOWGATE_AUTH_ALLOWED): the emails \
              (or *@domain) that may call; any Google account can get an ID token for any audience"
@@ -197,21 +171,20 @@ fn min_refresh(args: &ServeArgs) -> Duration {
 }
 
 #[cfg(feature = "lambda")]
-fn lambda_identity(mode: AuthMode) -> Result<Arc<dyn PlatformIdentity>, String> {
+fn lambda_identity(mode: Mode) -> Result<Arc<dyn Identity>, String> {
     use crate::lambda_identity::{LambdaAuthorizer, LambdaIdentity};
     let authorizer = match mode {
-        AuthMode::AwsIam => LambdaAuthorizer::Iam,
-        AuthMode::ApigwJwt => LambdaAuthorizer::Jwt,
+        Mode::AwsIam => LambdaAuthorizer::Iam,
+        Mode::ApigwJwt => LambdaAuthorizer::Jwt,
         _ => LambdaAuthorizer::Lambda,
     };
     Ok(Arc::new(LambdaIdentity(authorizer)))
 }
 
 #[cfg(not(feature = "lambda"))]
-fn lambda_identity(mode: AuthMode) -> Result<Arc<dyn PlatformIdentity>, String> {
+fn lambda_identity(mode: Mode) -> Result<Arc<dyn Identity>, String> {
     Err(format!(
-        "--auth-mode {} needs Lambda support, which this build lacks (cargo feature lambda)",
-        mode_name(mode)
+        "--auth-mode {mode} needs Lambda support, which this build lacks (cargo feature lambda)"
     ))
 }
 

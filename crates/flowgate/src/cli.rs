@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
+use flowgate_auth::Mode;
 
 use crate::env_vars;
 
@@ -95,8 +97,8 @@ pub(crate) struct ServeArgs {
     /// `apigw-authorizer` (HTTP API Lambda authorizer); on Google Cloud, `google-id-token`
     /// (Google-signed ID token for --auth-audience) or `google-iap` (Identity-Aware Proxy
     /// assertion for --auth-audience). HTTP only.
-    #[arg(long, env = env_vars::AUTH_MODE, value_enum)]
-    pub(crate) auth_mode: Option<AuthMode>,
+    #[arg(long, env = env_vars::AUTH_MODE, value_parser = auth_modes())]
+    pub(crate) auth_mode: Option<Mode>,
     /// `google-id-token`: the service's URL (the ID tokens' audience); `google-iap`: IAP's
     /// audience, `/projects/NUMBER/global/backendServices/ID` or `/projects/NUMBER/apps/PROJECT`.
     #[arg(long, env = env_vars::AUTH_AUDIENCE)]
@@ -139,21 +141,10 @@ pub(crate) struct ServeArgs {
     pub(crate) auth_keys_refresh_secs: u64,
 }
 
-/// The values of `--auth-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum AuthMode {
-    /// OAuth 2.1 resource server: JWT access tokens of --auth-issuer.
-    Oauth,
-    /// Lambda Function URL with AuthType AWS_IAM: the caller's IAM ARN.
-    AwsIam,
-    /// API Gateway HTTP API JWT authorizer: the token's iss and sub.
-    ApigwJwt,
-    /// API Gateway HTTP API Lambda authorizer: its context's principalId.
-    ApigwAuthorizer,
-    /// A Google-signed ID token (Cloud Run callers), audience --auth-audience.
-    GoogleIdToken,
-    /// An Identity-Aware Proxy assertion, audience --auth-audience.
-    GoogleIap,
+/// The values of `--auth-mode`: the names flowgate-auth defines for its modes.
+fn auth_modes() -> impl TypedValueParser<Value = Mode> {
+    PossibleValuesParser::new(Mode::ALL.map(Mode::name))
+        .try_map(|name| Mode::from_name(&name).ok_or(format!("unknown auth mode {name:?}")))
 }
 
 #[derive(Debug, Args)]

@@ -25,7 +25,7 @@ use futures::StreamExt as _;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::platform_deadline::PlatformDeadline;
+use flowgate_server::http::Deadline;
 
 /// What marks flowgate's event ids (and versions their content).
 const PREFIX: &str = "fgr1.";
@@ -125,7 +125,7 @@ pub(crate) async fn hold_within_deadline(
     };
     let deadline = request
         .extensions()
-        .get::<PlatformDeadline>()
+        .get::<Deadline>()
         .map(|d| d.0.checked_sub(MARGIN).unwrap_or(d.0));
     let response = next.run(request).await;
     let streams = response

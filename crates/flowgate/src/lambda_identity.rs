@@ -20,8 +20,7 @@
 use std::collections::BTreeSet;
 
 use axum::http::request::Parts;
-use flowgate_auth::{Authenticated, Principal};
-use flowgate_server::http::{Identified, PlatformIdentity, Unidentified};
+use flowgate_auth::{Authenticated, Identified, Identity, Mode, Principal, Refused};
 use lambda_http::aws_lambda_events::apigw::ApiGatewayRequestAuthorizer;
 use lambda_http::request::RequestContext;
 use serde_json::Value;
@@ -34,16 +33,16 @@ pub(crate) enum LambdaAuthorizer {
     Lambda,
 }
 
-/// A [`PlatformIdentity`] over the Lambda request context.
+/// An [`Identity`] over the Lambda request context.
 #[derive(Debug)]
 pub(crate) struct LambdaIdentity(pub(crate) LambdaAuthorizer);
 
 impl LambdaIdentity {
-    fn caller(&self, parts: &Parts) -> Result<Authenticated, Unidentified> {
+    fn caller(&self, parts: &Parts) -> Result<Authenticated, Refused> {
         let context = match parts.extensions.get::<RequestContext>() {
             Some(RequestContext::ApiGatewayV2(context)) => context,
             _ => {
-                return Err(Unidentified::unauthorized(
+                return Err(Refused::missing(
                     "this server takes callers from a Function URL or HTTP API request context, \
                      and the request has none",
                 ));
@@ -58,12 +57,12 @@ impl LambdaIdentity {
     }
 }
 
-impl PlatformIdentity for LambdaIdentity {
-    fn mode(&self) -> &'static str {
+impl Identity for LambdaIdentity {
+    fn mode(&self) -> Mode {
         match self.0 {
-            LambdaAuthorizer::Iam => "aws-iam",
-            LambdaAuthorizer::Jwt => "apigw-jwt",
-            LambdaAuthorizer::Lambda => "apigw-authorizer",
+            LambdaAuthorizer::Iam => Mode::AwsIam,
+            LambdaAuthorizer::Jwt => Mode::ApigwJwt,
+            LambdaAuthorizer::Lambda => Mode::ApigwAuthorizer,
         }
     }
 
@@ -82,15 +81,15 @@ fn present(value: Option<&String>) -> Option<&str> {
     value.map(String::as_str).filter(|v| !v.is_empty())
 }
 
-fn iam(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated, Unidentified> {
+fn iam(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated, Refused> {
     let iam = authorizer.and_then(|a| a.iam.as_ref()).ok_or_else(|| {
-        Unidentified::unauthorized(
+        Refused::missing(
             "no IAM caller in the request context: the Function URL must use AuthType AWS_IAM",
         )
     })?;
     let subject = present(iam.user_arn.as_ref())
         .or(present(iam.caller_id.as_ref()))
-        .ok_or_else(|| Unidentified::invalid("the IAM request context names no caller"))?;
+        .ok_or_else(|| Refused::invalid("the IAM request context names no caller"))?;
     Ok(Authenticated {
         principal: Principal {
             issuer: "aws:iam".to_owned(),
@@ -100,9 +99,9 @@ fn iam(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated
     })
 }
 
-fn jwt(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated, Unidentified> {
+fn jwt(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated, Refused> {
     let jwt = authorizer.and_then(|a| a.jwt.as_ref()).ok_or_else(|| {
-        Unidentified::unauthorized(
+        Refused::missing(
             "no JWT authorizer result in the request context: the route needs a JWT authorizer",
         )
     })?;
@@ -110,7 +109,7 @@ fn jwt(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated
         present(jwt.claims.get("iss")),
         present(jwt.claims.get("sub")),
     ) else {
-        return Err(Unidentified::invalid(
+        return Err(Refused::invalid(
             "the JWT authorizer's claims lack iss or sub",
         ));
     };
@@ -130,10 +129,10 @@ fn jwt(authorizer: Option<&ApiGatewayRequestAuthorizer>) -> Result<Authenticated
 fn lambda(
     authorizer: Option<&ApiGatewayRequestAuthorizer>,
     api: Option<&str>,
-) -> Result<Authenticated, Unidentified> {
+) -> Result<Authenticated, Refused> {
     let fields = authorizer.map(|a| &a.fields).filter(|f| !f.is_empty());
     let fields = fields.ok_or_else(|| {
-        Unidentified::unauthorized(
+        Refused::missing(
             "no Lambda authorizer context in the request: the route needs a Lambda authorizer",
         )
     })?;
@@ -146,7 +145,7 @@ fn lambda(
                 .filter(|s| !s.is_empty())
         })
         .ok_or_else(|| {
-            Unidentified::invalid("the Lambda authorizer's context names no principalId or sub")
+            Refused::invalid("the Lambda authorizer's context names no principalId or sub")
         })?;
     let scopes = fields
         .get("scope")

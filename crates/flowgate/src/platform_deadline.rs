@@ -13,13 +13,8 @@ use std::time::{Duration, SystemTime};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use flowgate_server::http::Deadline;
 use tokio::time::Instant;
-
-/// A request's deadline as the platform gives it, in the request's extensions. (The server's
-/// request pipeline takes it as its own `Deadline` once it reads one; `mark` in
-/// [`with_deadline`] is where the two meet.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PlatformDeadline(pub(crate) Instant);
 
 /// Where a request's deadline comes from.
 #[derive(Debug, Clone, Copy)]
@@ -71,21 +66,15 @@ fn deadline_of(source: DeadlineSource, request: &Request) -> Option<Instant> {
     }
 }
 
-/// What [`with_deadline`] is given: where the deadline comes from, and how to mark a request
-/// with it (the server's `Deadline`).
-pub(crate) type DeadlineMarking<T> = (DeadlineSource, fn(Instant) -> T);
-
-/// The middleware: the request's deadline into its extensions, as `mark` makes it.
-pub(crate) async fn with_deadline<T>(
-    State((source, mark)): State<DeadlineMarking<T>>,
+/// The middleware: the request's deadline into its extensions as the server's [`Deadline`],
+/// which the request's caller carries (every wait of the request ends before it).
+pub(crate) async fn with_deadline(
+    State(source): State<DeadlineSource>,
     mut request: Request,
     next: Next,
-) -> Response
-where
-    T: Clone + Send + Sync + 'static,
-{
+) -> Response {
     if let Some(deadline) = deadline_of(source, &request) {
-        request.extensions_mut().insert(mark(deadline));
+        request.extensions_mut().insert(Deadline(deadline));
     }
     next.run(request).await
 }

@@ -9,6 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use flowgate_core::Registry;
+use flowgate_server::{FlowgateServer, ToolSet};
 use notify::Watcher as _;
 use tokio::sync::mpsc;
 
@@ -85,6 +87,52 @@ impl Triggers {
                 }
                 Ok(None) | Err(_) => return Some(trigger),
             }
+        }
+    }
+}
+
+/// Reloads `manifest` into `server` each time `triggers` asks, binding its tools with
+/// `registry`, until nothing can ask any more.
+pub(crate) async fn serve(
+    server: FlowgateServer,
+    manifest: Option<PathBuf>,
+    registry: Registry,
+    mut triggers: Triggers,
+) {
+    while let Some(trigger) = triggers.next().await {
+        reload(&server, manifest.as_deref(), &registry, trigger);
+    }
+}
+
+/// One reload: the new tool set served at once, or the old one kept with the errors logged.
+fn reload(server: &FlowgateServer, manifest: Option<&Path>, registry: &Registry, why: Trigger) {
+    let loaded =
+        crate::setup::load(manifest).and_then(|manifest| ToolSet::build(&manifest, registry));
+    let metrics = flowgate_telemetry::metrics::get();
+    match loaded {
+        Ok(tools) => {
+            let count = tools.len();
+            server.replace_tools(tools);
+            if let Some(metrics) = metrics {
+                metrics.reloaded(Ok(count));
+            }
+            tracing::info!(
+                tools = count,
+                trigger = why.as_str(),
+                "reloaded the manifest"
+            );
+        }
+        Err(errors) => {
+            for e in &errors {
+                tracing::error!(trigger = why.as_str(), "manifest reload: {e}");
+            }
+            if let Some(metrics) = metrics {
+                metrics.reloaded(Err(()));
+            }
+            tracing::error!(
+                errors = errors.len(),
+                "the manifest did not load; still serving the tools loaded before"
+            );
         }
     }
 }

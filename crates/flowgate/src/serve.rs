@@ -163,8 +163,8 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
     scopes.sort();
     scopes.dedup();
     let lambda = std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some() && !args.stdio;
-    let protection = match crate::auth::from_args(&args, scopes, lambda) {
-        Ok(p) => p,
+    let identity = match crate::auth::from_args(&args, scopes, lambda) {
+        Ok(identity) => identity,
         Err(e) => {
             eprintln!("flowgate: {e}");
             return ExitCode::FAILURE;
@@ -172,7 +172,7 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
     };
     let (listen, from_port) = listen_address(args.listen.clone());
     if !args.stdio
-        && protection.mode.is_none()
+        && identity.is_none()
         && let Some(why) = crate::auth::exposure(lambda, &listen, from_port)
     {
         if !args.allow_unauthenticated {
@@ -184,10 +184,32 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
              front must check every caller"
         );
     }
-    if let Some(mode) = protection.mode {
-        tracing::info!(auth_mode = mode, "callers are authenticated");
+    if let Some(identity) = &identity {
+        tracing::info!(auth_mode = %identity.mode(), "callers are authenticated");
     }
     let server = FlowgateServer::new(tools, keys, options);
+    // SIGHUP (and with --watch, a change to the manifest's files) reloads the tools.
+    let watched = match crate::reload::watched(args.manifest.as_deref(), args.watch) {
+        Ok(watched) => watched,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match crate::reload::Triggers::new(watched.as_deref()) {
+        Ok(triggers) => {
+            tokio::spawn(crate::reload::serve(
+                server.clone(),
+                args.manifest.clone(),
+                registry,
+                triggers,
+            ));
+        }
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     if args.stdio {
         tracing::info!(tools = tool_count, "serving MCP on stdio");
         return match flowgate_server::stdio::serve(server).await {
@@ -205,8 +227,7 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
             allowed_hosts: args.allowed_hosts,
             allowed_origins,
             shutdown: shutdown.clone(),
-            auth: protection.oauth,
-            identity: protection.platform,
+            identity,
         },
     );
     if lambda {
@@ -226,10 +247,7 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
                 crate::held_result::hold_within_deadline,
             ))
             .layer(axum::middleware::from_fn_with_state(
-                (
-                    crate::platform_deadline::DeadlineSource::RequestTimeout(timeout),
-                    crate::platform_deadline::PlatformDeadline as fn(_) -> _,
-                ),
+                crate::platform_deadline::DeadlineSource::RequestTimeout(timeout),
                 crate::platform_deadline::with_deadline,
             )),
         None => app,
@@ -285,7 +303,7 @@ async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    use crate::platform_deadline::{DeadlineSource, PlatformDeadline, with_deadline};
+    use crate::platform_deadline::{DeadlineSource, with_deadline};
     // Layers run outside in: the payload limit, then the invocation's deadline, then the
     // held tasks/result (which reads the deadline), then the server.
     let hold = crate::held_result::HoldPolicy {
@@ -298,10 +316,7 @@ async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
             crate::held_result::hold_within_deadline,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            (
-                DeadlineSource::LambdaInvocation,
-                PlatformDeadline as fn(_) -> _,
-            ),
+            DeadlineSource::LambdaInvocation,
             with_deadline,
         ))
         .layer(axum::middleware::from_fn_with_state(

@@ -533,6 +533,7 @@ class Run:
         self.approvals = []
         self.proc = None
         self.cancel_requested = False
+        self.uncancelable = set()  # named steps whose `if:` runs them after a cancel (cleanup)
         self.act_errors = []
         self.dir = tempfile.mkdtemp(prefix=f"fake-gh-run-{self.id}-")
         self.home = os.path.join(self.dir, "home")
@@ -647,6 +648,9 @@ def rewrite(run):
                 step = {k: v for k, v in step.items() if k not in ("uses", "with")}
                 step.setdefault("name", f"Upload {name}")
                 step["run"] = f"mkdir -p '{dest}' && cp -r {path} '{dest}/'"
+            if STATUS_FUNCTIONS.search(str(step.get("if") or "")):
+                if "always" in str(step["if"]) or "cancelled" in str(step["if"]):
+                    run.uncancelable.add(step.get("name"))
             step["if"] = cancel_aware(step.get("if"))
             if run.jobs[key].environment is not None:
                 step["if"] = f"({step['if']}) && hashFiles('{GATE_CLOSED}-{key}') == ''"
@@ -758,6 +762,10 @@ def observe(run, ev):
                     "number": len(job.steps) + 1, "started_at": at, "completed_at": None}
             job.steps.append(step)
             job.log.append(f"{at} ##[group]Run {step_name}")
+            if run.cancel_requested and step_name not in run.uncancelable:
+                # act evaluated this step's `if:` just before the cancel marker was written:
+                # GitHub would interrupt it like the steps running at the cancel.
+                threading.Thread(target=interrupt, args=(run, True), daemon=True).start()
         if "stepResult" in ev:
             step["status"], step["completed_at"] = "completed", at
             result = ev["stepResult"]
@@ -894,15 +902,22 @@ def mark_cancelled(run):
     mark_workspaces(run, CANCEL_MARKER)
 
 
-def interrupt(run):
+def interrupt(run, late=False):
     """GitHub's cancel of the running steps: SIGINT to each step's entry process, SIGTERM 7.5 s
     later, then the step's process tree killed 2.5 s after that. Cleanup steps started meanwhile
-    (`always()`, `cancelled()`) are left to run."""
+    (`always()`, `cancelled()`) are left to run. `late`: a step that started as the cancel came
+    (its `if:` read before the marker), whose process may be a moment away."""
     act = act_pid(run)
     if act is None:
         return
     children = process_table()
     entries = children.get(act, [])
+    # A step announced after the cancel may not have its process yet: wait for it briefly.
+    deadline = time.time() + (3.0 if late else 0.0)
+    while late and not entries and time.time() < deadline and run.status != "completed":
+        time.sleep(0.05)
+        children = process_table()
+        entries = children.get(act, [])
     with LOCK:
         for job in run.jobs.values():
             job.interrupted |= {s["name"] for s in job.steps if s["status"] == "in_progress"}

@@ -15,7 +15,7 @@ async fn a_run_started_by_one_instance_is_answered_by_another_and_a_lost_answer_
     let request = StartRequest {
         tool: "t".into(),
         arguments: json!({"name": "Ed", "seconds": 0}),
-        principal_digest: "alice".into(),
+        principal_tag: "alice".into(),
         idempotency_key: IdempotencyKey::new(),
         ttl_ms: None,
     };

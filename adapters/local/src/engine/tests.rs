@@ -35,7 +35,7 @@ async fn start(e: &LocalEngine, arguments: Value) -> ExecutionRef {
     let request = StartRequest {
         tool: "t".into(),
         arguments,
-        principal_digest: "p".into(),
+        principal_tag: "p".into(),
         idempotency_key: flowgate_core::IdempotencyKey::new(),
         ttl_ms: None,
     };

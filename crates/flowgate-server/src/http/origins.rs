@@ -3,10 +3,13 @@
 //! The Streamable HTTP transport asks servers to check `Origin` so that a web page cannot drive
 //! a local server (DNS rebinding, cross-site requests): a request whose `Origin` is not allowed
 //! gets 403. Requests without `Origin` (every non-browser client) pass. Loopback origins always
-//! pass; others must be allowed by name (`--allowed-origin`). rmcp does the matching; this module
-//! turns the configured entries into its exact form.
+//! pass; others must be allowed by name (`--allowed-origin`). rmcp does the matching for the
+//! requests it serves; this module turns the configured entries into its exact form, and makes
+//! the same `Host` and `Origin` checks ([`Guard`]) for the requests answered before rmcp (the
+//! 2025-11-25 dialect's), so no request escapes them.
 
-use axum::http::Uri;
+use axum::http::uri::Authority;
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 
 /// Loopback pages on any port: a local inspector or agent UI talking to a local server.
 pub(crate) const LOOPBACK: [&str; 6] = [
@@ -79,9 +82,201 @@ pub(crate) fn allowlist(configured: &[String]) -> Option<Vec<String>> {
     Some(list)
 }
 
+/// The `Host` and `Origin` checks, as rmcp makes them with the same lists (DNS rebinding and
+/// cross-site requests), for requests answered before they reach rmcp.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Guard {
+    /// Allowed `Host`s (`host` or `host:port`); empty: any.
+    pub(crate) hosts: Vec<String>,
+    /// Allowed origins in [`allowed_origin`]'s form; `None`: any.
+    pub(crate) origins: Option<Vec<String>>,
+}
+
+impl Guard {
+    /// Why the request must be refused (its status and rmcp's words), if it must.
+    pub(crate) fn refusal(
+        &self,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Option<(StatusCode, &'static str)> {
+        let host = match headers.get(header::HOST) {
+            Some(value) => {
+                let Ok(text) = value.to_str() else {
+                    return Some((
+                        StatusCode::BAD_REQUEST,
+                        "Bad Request: Invalid Host header encoding",
+                    ));
+                };
+                let Ok(authority) = Authority::try_from(text) else {
+                    return Some((StatusCode::BAD_REQUEST, "Bad Request: Invalid Host header"));
+                };
+                authority
+            }
+            None => match uri.authority() {
+                Some(authority) => authority.clone(),
+                None => return Some((StatusCode::BAD_REQUEST, "Bad Request: missing Host header")),
+            },
+        };
+        if !self.hosts.is_empty()
+            && !self
+                .hosts
+                .iter()
+                .any(|allowed| host_matches(allowed, &host))
+        {
+            return Some((
+                StatusCode::FORBIDDEN,
+                "Forbidden: Host header is not allowed",
+            ));
+        }
+        let (Some(allowed), Some(origin)) = (&self.origins, headers.get(header::ORIGIN)) else {
+            return None;
+        };
+        let Ok(origin) = origin.to_str() else {
+            return Some((
+                StatusCode::FORBIDDEN,
+                "Forbidden: Invalid Origin header encoding",
+            ));
+        };
+        let Some(origin) = Origin::parse(origin) else {
+            return Some((StatusCode::FORBIDDEN, "Forbidden: Invalid Origin header"));
+        };
+        if allowed.iter().any(|entry| origin.matches(entry)) {
+            None
+        } else {
+            Some((
+                StatusCode::FORBIDDEN,
+                "Forbidden: Origin header is not allowed",
+            ))
+        }
+    }
+}
+
+fn normalize(host: &str) -> String {
+    host.trim_matches(['[', ']']).to_ascii_lowercase()
+}
+
+/// Whether `host` is the allowed entry `allowed` (`host`, or `host:port` for that port only).
+fn host_matches(allowed: &str, host: &Authority) -> bool {
+    let allowed = allowed.trim();
+    let (name, port) = match Authority::try_from(allowed) {
+        Ok(a) => (normalize(a.host()), a.port_u16()),
+        Err(_) => (normalize(allowed), None),
+    };
+    !name.is_empty()
+        && name == normalize(host.host())
+        && port.is_none_or(|p| host.port_u16() == Some(p))
+}
+
+/// A request's `Origin`.
+enum Origin {
+    Null,
+    Tuple {
+        scheme: String,
+        host: String,
+        port: Option<u16>,
+    },
+}
+
+impl Origin {
+    fn parse(value: &str) -> Option<Origin> {
+        let value = value.trim();
+        if value.eq_ignore_ascii_case("null") {
+            return Some(Origin::Null);
+        }
+        let uri: Uri = value.parse().ok()?;
+        let authority = uri.authority()?;
+        Some(Origin::Tuple {
+            scheme: uri.scheme_str()?.to_ascii_lowercase(),
+            host: normalize(authority.host()),
+            port: authority.port_u16(),
+        })
+    }
+
+    /// Whether an allow-list entry (`scheme://host:port`, `scheme://host:*`, `null`) admits it.
+    fn matches(&self, entry: &str) -> bool {
+        let entry = entry.trim();
+        match self {
+            Origin::Null => entry.eq_ignore_ascii_case("null"),
+            Origin::Tuple { scheme, host, port } => {
+                let (base, any_port) = match entry.strip_suffix(":*") {
+                    Some(base) => (base, true),
+                    None => (entry, false),
+                };
+                let Some(Origin::Tuple {
+                    scheme: s,
+                    host: h,
+                    port: p,
+                }) = Origin::parse(base)
+                else {
+                    return false;
+                };
+                let default = match scheme.as_str() {
+                    "http" => Some(80),
+                    "https" => Some(443),
+                    _ => None,
+                };
+                s == *scheme && h == *host && (any_port || p.is_none() || port.or(default) == p)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_guard_checks_host_and_origin_as_rmcp_does() {
+        let guard = Guard {
+            hosts: vec![
+                "localhost".into(),
+                "127.0.0.1".into(),
+                "::1".into(),
+                "svc.example:8443".into(),
+            ],
+            origins: allowlist(&["https://app.example".into()]),
+        };
+        let uri: Uri = "/mcp".parse().expect("uri");
+        let with = |pairs: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(
+                    axum::http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                    v.parse().expect("value"),
+                );
+            }
+            guard.refusal(&uri, &h).map(|(status, _)| status.as_u16())
+        };
+        assert_eq!(with(&[("host", "127.0.0.1:9000")]), None);
+        assert_eq!(with(&[("host", "[::1]:80")]), None);
+        assert_eq!(with(&[("host", "svc.example:8443")]), None);
+        assert_eq!(with(&[("host", "svc.example:443")]), Some(403));
+        assert_eq!(with(&[("host", "evil.example")]), Some(403));
+        assert_eq!(with(&[]), Some(400));
+        for (origin, refused) in [
+            ("https://app.example", None),
+            ("https://app.example:443", None),
+            ("https://app.example:8443", Some(403)),
+            ("http://localhost:3000", None),
+            ("http://evil.example", Some(403)),
+            ("null", Some(403)),
+            ("not an origin", Some(403)),
+        ] {
+            assert_eq!(
+                with(&[("host", "localhost"), ("origin", origin)]),
+                refused,
+                "{origin}"
+            );
+        }
+        let open = Guard::default();
+        assert_eq!(
+            open.refusal(
+                &"http://any.example/mcp".parse().expect("uri"),
+                &HeaderMap::new()
+            ),
+            None
+        );
+    }
 
     #[test]
     fn entries_take_their_canonical_form() {

@@ -1,31 +1,28 @@
 //! Per-tool scopes on the HTTP transport: a `tools/call` of a tool whose manifest entry needs
-//! scopes the caller's token lacks gets HTTP 403 with an `insufficient_scope` challenge that
-//! names them (RFC 6750 §3.1, MCP authorization "scope challenge"), so the client can step up.
+//! scopes the caller lacks gets HTTP 403 with an `insufficient_scope` challenge that names them
+//! (RFC 6750 §3.1, MCP authorization "scope challenge"), so the client can step up.
 //!
-//! It runs after the token check (the caller is in the request's extensions) and before rmcp,
-//! so a refused call starts nothing. `tools/list` hides such tools (in the handler); the
-//! handler also refuses them, should a request reach it some other way.
+//! It runs after authentication (the [`Caller`] is in the request's extensions) and the one
+//! parse (the [`Incoming`] message), before the dialect and rmcp, so a refused call starts
+//! nothing. The check itself is flowgate-auth's (`Caller::may_use`); `tools/list` hides such
+//! tools and the call refuses them too, should a request reach it some other way.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use flowgate_auth::Authenticated;
-use flowgate_auth::challenge::Refusal;
-use serde_json::Value;
+use axum::response::Response;
+use flowgate_auth::{Identity, Refused};
 
-use super::HttpAuth;
+use super::authenticate::refusal;
+use crate::jsonrpc::Incoming;
+use crate::{Caller, FlowgateServer, audit};
 
-/// What the scope check needs: the resource server, each tool's scopes, rmcp's body limit.
+/// What the scope check needs: the identity (for its challenge) and the tools.
 #[derive(Clone)]
 pub(crate) struct ScopeCheck {
-    pub(crate) auth: Arc<HttpAuth>,
-    pub(crate) tools: Arc<HashMap<String, Vec<String>>>,
-    pub(crate) limit: usize,
+    pub(crate) identity: Arc<dyn Identity>,
+    pub(crate) server: FlowgateServer,
 }
 
 /// Refuses a `tools/call` whose tool needs scopes the caller was not granted.
@@ -34,46 +31,33 @@ pub(crate) async fn require_scopes(
     request: Request,
     next: Next,
 ) -> Response {
-    if request.method() != Method::POST || check.tools.values().all(Vec::is_empty) {
+    let extensions = request.extensions();
+    let (Some(message), Some(caller)) = (
+        extensions.get::<Arc<Incoming>>(),
+        extensions.get::<Caller>(),
+    ) else {
+        return next.run(request).await;
+    };
+    if message.method() != "tools/call" {
         return next.run(request).await;
     }
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, check.limit).await else {
-        return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "Payload Too Large: request body exceeds {} bytes",
-                check.limit
-            ),
-        )
-            .into_response();
+    let Some(entry) = message.name().and_then(|n| check.server.tool_entry(n)) else {
+        return next.run(request).await;
     };
-    let called = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| {
-        (v.get("method")? == "tools/call")
-            .then(|| v.get("params")?.get("name")?.as_str().map(str::to_owned))
-            .flatten()
-    });
-    if let Some(required) = called.as_deref().and_then(|name| check.tools.get(name)) {
-        let granted = parts.extensions.get::<Authenticated>();
-        if !granted.is_some_and(|c| c.has_all(required)) {
-            tracing::info!(
-                tool = called.as_deref().unwrap_or(""),
-                "refused a call: insufficient scope"
-            );
-            crate::audit::refused_request(&parts, "insufficient_scope", called.as_deref());
-            return check.auth.refuse(
-                StatusCode::FORBIDDEN,
-                Refusal::InsufficientScope,
-                required,
-                "the access token lacks a scope this tool requires",
-            );
-        }
+    let (name, required) = (entry.spec.name.as_str(), &entry.spec.scopes);
+    if caller.may_use(required) {
+        return next.run(request).await;
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
-}
-
-/// Whether `caller` may see and call a tool needing `required` (always, without auth).
-pub(crate) fn allowed(caller: Option<&Authenticated>, required: &[String]) -> bool {
-    caller.is_none_or(|c| c.has_all(required))
+    tracing::info!(tool = name, "refused a call: insufficient scope");
+    audit::refused(caller, "insufficient_scope", Some(name), None);
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.auth_refused("insufficient_scope");
+    }
+    refusal(
+        check.identity.as_ref(),
+        &Refused::insufficient_scope(
+            required,
+            "the access token lacks a scope this tool requires",
+        ),
+    )
 }

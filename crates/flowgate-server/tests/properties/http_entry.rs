@@ -20,7 +20,7 @@ use flowgate_auth::{JwksSource, KeySet, TokenValidator, ValidatorConfig};
 use flowgate_core::Registry;
 use flowgate_core::handle::{HandleKey, Keyring};
 use flowgate_core::testing::{FakeEngine, register};
-use flowgate_server::http::{HttpAuth, HttpOptions, router};
+use flowgate_server::http::{HttpOptions, OAuthIdentity, router};
 use flowgate_server::{FlowgateServer, ServerOptions, ToolSet};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -99,12 +99,12 @@ fn fixture() -> &'static Fixture {
                 )
                 .expect("keys"),
             );
-            let auth = Arc::new(HttpAuth::new(validator, vec!["jobs.run".to_owned()]));
+            let auth = Arc::new(OAuthIdentity::new(validator, vec!["jobs.run".to_owned()]));
             let open = router(server.clone(), HttpOptions::default());
             let protected = router(
                 server,
                 HttpOptions {
-                    auth: Some(auth),
+                    identity: Some(auth),
                     ..HttpOptions::default()
                 },
             );

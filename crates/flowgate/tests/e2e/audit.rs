@@ -2,7 +2,7 @@
 //! back from the server's JSON log and checked line by line.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flowgate_auth::testing::FakeIssuer;
 use serde_json::{Value, json};
@@ -30,38 +30,18 @@ fn sha256(text: &str) -> String {
 
 /// A `tools/call` from a client that did not declare the tasks extension: (status, body).
 async fn untasked(url: &str, token: &str, tool: &str, arguments: Value) -> (u16, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": tool, "arguments": arguments,
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "audit-e2e", "version": "0"},
-            "io.modelcontextprotocol/clientCapabilities": {},
-        },
-    }});
-    let resp = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .body(body.to_string())
+    let params = json!({"name": tool, "arguments": arguments});
+    let answer = Post::rpc_as(url, "tools/call", params, false)
+        .name(Some(tool))
+        .bearer(Some(token))
         .send()
-        .await
-        .expect("http");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+        .await;
+    (answer.status, answer.body)
 }
 
 /// Polls `tasks/get` as `token` until the status is one of `until`.
 async fn poll(url: &str, token: &str, id: &str, until: &[&str]) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(Duration::from_secs(30), || async {
         let (_, _, got) = post(
             url,
             Some(token),
@@ -72,11 +52,12 @@ async fn poll(url: &str, token: &str, id: &str, until: &[&str]) -> Value {
         .await;
         let status = got["result"]["status"].as_str().unwrap_or_default();
         if until.contains(&status) {
-            return got;
+            Ok(got)
+        } else {
+            Err(format!("still {status}: {got}"))
         }
-        assert!(Instant::now() < deadline, "stuck: {got}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]

@@ -8,13 +8,10 @@ use crate::support::*;
 
 const V2025: &str = "2025-11-25";
 
+/// A message of the revision, answered as a response to read whole or as a stream.
 async fn post(url: &str, body: Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", V2025)
-        .body(body.to_string())
+    Post::v2025(url, &body)
+        .request()
         .send()
         .await
         .expect("POST")

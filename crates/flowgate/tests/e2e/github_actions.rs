@@ -51,17 +51,14 @@ async fn github_runs_complete_fail_ask_cancel_and_survive_a_server_restart() {
     let greet = start_task(&client, "greet", json!({"name": "Ada", "seconds": 2})).await;
     let checks = start_task(&client, "checks", json!({"day": "2026-12-01"})).await;
     let release = start_task(&client, "release", json!({"version": "4.2"})).await;
-    let mut message = None;
-    for _ in 0..50 {
-        message = get(&client, &greet).await.task.task.status_message;
-        if message.as_deref().is_some_and(|m| m.contains("Wait")) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let waiting = poll_task(&client, &greet, |t| {
+        t["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("Wait"))
+    })
+    .await;
     assert_eq!(
-        message.as_deref(),
-        Some("Build greeting: Wait (step 3 of 3)"),
+        waiting["statusMessage"], "Build greeting: Wait (step 3 of 3)",
         "the running job and step (act has reported three steps so far)"
     );
     drop(client);
@@ -131,7 +128,13 @@ async fn github_runs_complete_fail_ask_cancel_and_survive_a_server_restart() {
     assert_eq!(out["reviews"][0]["comment"], "lgtm");
 
     let long = start_task(&client, "greet", json!({"name": "Bo", "seconds": 600})).await;
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Cancelled while the job waits in its step.
+    poll_task(&client, &long, |t| {
+        t["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("Wait"))
+    })
+    .await;
     let cancelled = cancel_and_settle(&client, &long).await;
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
     client.cancel().await.ok();

@@ -17,37 +17,20 @@ fn claims(iss: &str, aud: &str, email: &str) -> Value {
     })
 }
 
-/// A POST on the 2026-07-28 wire with extra headers: (status, body).
+/// A POST on the 2026-07-28 wire with extra headers (`Mcp-Name` from the params): (status,
+/// body).
 async fn post(url: &str, headers: &[(&str, &str)], method: &str, params: Value) -> (u16, Value) {
-    let mut params = params;
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "google-e2e", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-    });
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let mut req = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method)
-        .body(body.to_string());
-    if let Some(id) = params.get("taskId").and_then(Value::as_str) {
-        req = req.header("mcp-name", id);
-    } else if let Some(name) = params.get("name").and_then(Value::as_str) {
-        req = req.header("mcp-name", name);
-    }
+    let name = params
+        .get("taskId")
+        .or_else(|| params.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mut post = Post::rpc(url, method, params).name(name.as_deref());
     for (k, v) in headers {
-        req = req.header(*k, *v);
+        post = post.header(k, *v);
     }
-    let resp = req.send().await.expect("http");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    let answer = post.send().await;
+    (answer.status, answer.body)
 }
 
 async fn start_job(url: &str, headers: &[(&str, &str)]) -> String {

@@ -55,17 +55,9 @@ async fn workflows_tasks_complete_fail_ask_cancel_and_survive_a_server_restart()
     let nap = start_task(&client, "nap", json!({"name": "Ada", "seconds": 2})).await;
     let report = start_task(&client, "report", json!({"day": "2026-12-01"})).await;
     let approve = start_task(&client, "approve", json!({"service": "web"})).await;
-    let mut message = None;
-    for _ in 0..30 {
-        message = get(&client, &nap).await.task.task.status_message;
-        if message.is_some() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let napping = poll_task(&client, &nap, |t| t.get("statusMessage").is_some()).await;
     assert_eq!(
-        message.as_deref(),
-        Some("In step nap"),
+        napping["statusMessage"], "In step nap",
         "the current step while it sleeps"
     );
     drop(client);
@@ -141,7 +133,8 @@ async fn workflows_tasks_complete_fail_ask_cancel_and_survive_a_server_restart()
     );
 
     let long = start_task(&client, "nap", json!({"name": "Bo", "seconds": 600})).await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Cancelled while it sleeps in its step.
+    poll_task(&client, &long, |t| t["statusMessage"] == "In step nap").await;
     let cancelled = cancel_and_settle(&client, &long).await;
     assert_eq!(cancelled["status"], "cancelled");
     assert_eq!(

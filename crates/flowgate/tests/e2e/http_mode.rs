@@ -2,38 +2,24 @@
 //! graceful drain on SIGTERM.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::*;
 
-fn post(
-    port: u16,
-    host: &str,
-    method: &str,
-    name: Option<&str>,
-    params: Value,
-) -> reqwest::RequestBuilder {
-    let mut params = params;
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "http-mode", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    let mut req = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/mcp"))
-        .header("host", host)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method)
-        .header("x-request-id", format!("test-{method}"))
-        .body(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string());
-    if let Some(n) = name {
-        req = req.header("mcp-name", n);
-    }
-    req
+/// A request on the 2026-07-28 wire (from a client without the tasks extension) with `Host`
+/// `host` and a request id named after the method.
+fn post(port: u16, host: &str, method: &str, name: Option<&str>, params: Value) -> Post {
+    Post::rpc_as(
+        &format!("http://127.0.0.1:{port}/mcp"),
+        method,
+        params,
+        false,
+    )
+    .header("host", host)
+    .header("x-request-id", format!("test-{method}"))
+    .name(name)
 }
 
 #[tokio::test]
@@ -61,14 +47,12 @@ async fn port_hosts_logs_and_a_graceful_drain() {
     // The configured host is served; another host is refused.
     let ok = post(port, "svc-abc.a.run.app", "tools/list", None, json!({}))
         .send()
-        .await
-        .expect("http");
-    assert_eq!(ok.status().as_u16(), 200);
+        .await;
+    assert_eq!(ok.status, 200);
     let refused = post(port, "evil.example", "tools/list", None, json!({}))
         .send()
-        .await
-        .expect("http");
-    assert_eq!(refused.status().as_u16(), 403, "a host that is not allowed");
+        .await;
+    assert_eq!(refused.status, 403, "a host that is not allowed");
 
     // A slow synchronous call is in flight when SIGTERM arrives: it still gets its answer.
     let slow = tokio::spawn(
@@ -79,9 +63,17 @@ async fn port_hosts_logs_and_a_graceful_drain() {
             Some("long_job"),
             json!({"name": "long_job", "arguments": {"steps": 2}}),
         )
+        .request()
         .send(),
     );
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The call is in flight once its run exists.
+    eventually(Duration::from_secs(20), || async {
+        match runs(state.path()).len() {
+            0 => Err("no run yet"),
+            _ => Ok(()),
+        }
+    })
+    .await;
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -98,17 +90,8 @@ async fn port_hosts_logs_and_a_graceful_drain() {
         json!({"steps": 2, "finished": true}),
         "{body}"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server did not exit after draining"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status =
+        exited(&mut child, Duration::from_secs(10)).expect("the server exits after draining");
     assert!(status.success(), "exit status {status:?}");
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),

@@ -44,15 +44,13 @@ async fn status_lines_show_as_the_status_message() {
     let server = Server::start(state.path(), None);
     let client = http_client(&server.url, true).await;
     let id = start_task(&client, "long_job", json!({"steps": 4})).await;
-    let mut message = None;
-    for _ in 0..30 {
-        message = get(&client, &id).await.task.task.status_message;
-        if message.as_deref().is_some_and(|m| m.starts_with("step ")) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let message = message.expect("a status message");
+    let task = poll_task(&client, &id, |t| {
+        t["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("step "))
+    })
+    .await;
+    let message = task["statusMessage"].as_str().unwrap_or_default();
     assert!(
         message.starts_with("step ") && message.ends_with(" of 4"),
         "{message}"
@@ -249,24 +247,27 @@ async fn cancel_ends_cancelled_and_the_processes_are_gone() {
     let server = Server::start(state.path(), None);
     let client = http_client(&server.url, true).await;
     let id = start_task(&client, "long_job", json!({"steps": 60})).await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let run = runs(state.path()).pop().expect("a run folder");
-    // `pid` holds the process group id and its leader's start time.
-    let pid_file = std::fs::read_to_string(run.join("pid")).expect("pid");
+    // `pid` holds the process group id and its leader's start time, once the command runs.
+    let pid_file = eventually(std::time::Duration::from_secs(20), || async {
+        let run = runs(state.path()).pop().ok_or("no run folder yet")?;
+        std::fs::read_to_string(run.join("pid"))
+            .ok()
+            .filter(|p| !p.trim().is_empty())
+            .ok_or("no pid file yet")
+    })
+    .await;
     let pgid = pid_file.split_whitespace().next().expect("pgid").to_owned();
     assert!(group_alive(&pgid), "the command should be running");
 
     let done = cancel_and_settle(&client, &id).await;
     assert_eq!(done["status"], "cancelled");
-    let mut gone = false;
-    for _ in 0..50 {
-        if !group_alive(&pgid) {
-            gone = true;
-            break;
+    eventually(std::time::Duration::from_secs(5), || async {
+        match group_alive(&pgid) {
+            true => Err(format!("process group {pgid} survived the cancel")),
+            false => Ok(()),
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(gone, "process group {pgid} survived the cancel");
+    })
+    .await;
     // Cancelling a finished task is acknowledged, and it stays cancelled.
     client
         .cancel_task(CancelTaskParams::new(id.clone()))

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{KEY, bin};
+use crate::support::{KEY, bin, eventually};
 
 /// The Function URL's host (the emulator's default).
 const HOST: &str = "abc123xyz.lambda-url.us-east-1.on.aws";
@@ -350,30 +350,26 @@ async fn a_task_created_in_one_function_process_is_finished_in_another() {
     let inits = lambda.state().await["inits"].as_u64().unwrap_or_default();
     lambda.reset().await;
 
-    for _ in 0..60 {
+    let got = eventually(Duration::from_secs(15), || async {
         let got = lambda
             .mcp("tasks/get", &task_id, json!({"taskId": task_id}))
             .await;
-        let status = got["result"]["status"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if status == "completed" {
-            assert_eq!(
-                got["result"]["result"]["structuredContent"],
-                json!({"steps": 1, "finished": true}),
-                "{got}"
-            );
-            assert!(
-                lambda.state().await["inits"].as_u64().unwrap_or_default() > inits,
-                "the task was read by a process started after the reset"
-            );
-            return;
+        match got["result"]["status"].as_str() {
+            Some("completed") => Ok(got),
+            Some("working") => Err(format!("still working: {got}")),
+            _ => panic!("neither working nor completed: {got}"),
         }
-        assert_eq!(status, "working", "{got}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("the task did not complete");
+    })
+    .await;
+    assert_eq!(
+        got["result"]["result"]["structuredContent"],
+        json!({"steps": 1, "finished": true}),
+        "{got}"
+    );
+    assert!(
+        lambda.state().await["inits"].as_u64().unwrap_or_default() > inits,
+        "the task was read by a process started after the reset"
+    );
 }
 
 #[tokio::test]
@@ -873,18 +869,20 @@ async fn each_invocations_spans_are_exported_before_it_answers() {
     let state = tempfile::tempdir().expect("tempdir");
     let service = crate::telemetry::unique("flowgate-lambda");
     let endpoint = crate::telemetry::otlp_http();
-    let mut function = Function::start_with(
+    let lambda = Lambda::start_with(
         state.path(),
-        &[
-            ("FLOWGATE_AUTH_MODE", "aws-iam"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_SERVICE_NAME", &service),
-            ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
-        ],
-    )
-    .await;
-    let created = function
-        .invoke(
+        Config {
+            env: vec![
+                ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint),
+                ("OTEL_SERVICE_NAME".into(), service.clone()),
+                ("OTEL_BSP_SCHEDULE_DELAY".into(), "600000".into()),
+            ],
+            ..Config::default()
+        },
+    );
+    let created = lambda
+        .mcp(
             "tools/call",
             "long_job",
             json!({"name": "long_job", "arguments": {"steps": 1}}),

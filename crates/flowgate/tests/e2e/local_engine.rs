@@ -219,14 +219,23 @@ tools:
         .into_iter()
         .next()
         .expect("the server inside the namespace");
-    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-    let zombies: Vec<u32> = children_of(server)
-        .into_iter()
-        .filter(|pid| state_of(*pid) == Some('Z'))
-        .collect();
+    // Reaped, the orphan leaves no child behind; unreaped, it stays a zombie.
+    let left = eventually(std::time::Duration::from_secs(10), || async {
+        let children = children_of(server);
+        if children.is_empty() {
+            Ok(children)
+        } else {
+            let zombies: Vec<u32> = children
+                .into_iter()
+                .filter(|pid| state_of(*pid) == Some('Z'))
+                .collect();
+            Err(format!("unreaped orphans (zombies): {zombies:?}"))
+        }
+    })
+    .await;
     let _ = child.kill();
     let _ = child.wait();
-    assert!(zombies.is_empty(), "unreaped orphans: {zombies:?}");
+    assert!(left.is_empty());
 }
 
 /// The children of `pid`, from /proc.
@@ -322,7 +331,15 @@ async fn a_task_past_its_ttl_answers_like_an_unknown_one() {
         1
     );
 
-    tokio::time::sleep(std::time::Duration::from_millis(3_200)).await;
+    // Once the ttl has run out, the task is gone.
+    eventually(std::time::Duration::from_secs(10), || async {
+        let (status, body) = raw(&url, "tasks/get", Some(&id), json!({"taskId": id})).await;
+        match body["error"]["code"].as_i64() {
+            Some(-32602) => Ok(()),
+            _ => Err(format!("still answered: HTTP {status} {body}")),
+        }
+    })
+    .await;
     for method in ["tasks/get", "tasks/cancel"] {
         let (status, body) = raw(&url, method, Some(&id), json!({"taskId": id})).await;
         assert_eq!(

@@ -15,37 +15,15 @@ pub(crate) async fn post(
     token: Option<&str>,
     method: &str,
     name: Option<&str>,
-    mut params: Value,
+    params: Value,
 ) -> (u16, Option<String>, Value) {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "oauth-e2e", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-    });
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let mut req = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method)
-        .body(body.to_string());
-    if let Some(n) = name {
-        req = req.header("mcp-name", n);
-    }
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let resp = req.send().await.expect("http");
-    let status = resp.status().as_u16();
-    let challenge = resp
-        .headers()
-        .get("www-authenticate")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let text = resp.text().await.expect("body");
-    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (status, challenge, value)
+    let answer = Post::rpc(url, method, params)
+        .name(name)
+        .bearer(token)
+        .send()
+        .await;
+    let challenge = answer.header("www-authenticate").map(str::to_owned);
+    (answer.status, challenge, answer.body)
 }
 
 fn start(state: &std::path::Path, issuer: &FakeIssuer, log: &std::path::Path) -> Server {
@@ -745,8 +723,7 @@ mod real_provider {
             .unwrap_or_else(|| panic!("{created}"))
             .to_owned();
         // Wait for the question, so that an update by Bob would have something to answer.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        let key = loop {
+        let key = eventually(std::time::Duration::from_secs(20), || async {
             let (_, _, got) = post(
                 &server.url,
                 Some(&alice),
@@ -756,11 +733,12 @@ mod real_provider {
             )
             .await;
             if got["result"]["status"] == "input_required" {
-                break first_input_key(&got["result"]);
+                Ok(first_input_key(&got["result"]))
+            } else {
+                Err(format!("no question yet: {got}"))
             }
-            assert!(std::time::Instant::now() < deadline, "{got}");
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        };
+        })
+        .await;
         let approve = json!({(key.clone()): {"action": "accept", "content": {"approve": true}}});
         for (method, params) in [
             ("tasks/get", json!({"taskId": id})),

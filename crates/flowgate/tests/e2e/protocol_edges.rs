@@ -2,11 +2,10 @@
 //! the tool's output schema, a synchronous caller who hangs up, foreign `Origin`s, wrongly typed
 //! params and invalid JSON (over HTTP and stdio).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rmcp::model::{CallToolResponse, TaskStatus, UpdateTaskParams};
 use serde_json::{Value, json};
@@ -62,16 +61,7 @@ tools:
 
 /// The 2026-07-28 `_meta` of a request; `tasks` says whether it declares the tasks extension.
 fn meta(tasks: bool) -> Value {
-    let capabilities = if tasks {
-        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
-    } else {
-        json!({})
-    };
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "edges", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-    })
+    crate::support::meta("edges", tasks)
 }
 
 fn manifest(dir: &Path) -> PathBuf {
@@ -80,54 +70,15 @@ fn manifest(dir: &Path) -> PathBuf {
     path
 }
 
-fn port_of(server: &Server) -> u16 {
-    server
-        .url
-        .trim_start_matches("http://127.0.0.1:")
-        .trim_end_matches("/mcp")
-        .parse()
-        .expect("port in url")
-}
-
-/// An HTTP/1.1 POST to `/mcp` written by hand, so the test decides every header (`Host`,
-/// `Origin`) and when the connection goes away.
-fn send_post(port: u16, headers: &[(&str, &str)], body: &str) -> TcpStream {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-         Content-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
+/// A `tools/list` from a client without the tasks extension, with exactly `headers` besides
+/// the ones every client sends: (status, body).
+async fn list_with(url: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut post = Post::rpc_as(url, "tools/list", json!({}), false);
     for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
+        post = post.header(name, *value);
     }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).expect("send");
-    stream
-}
-
-/// Sends [`send_post`] and reads the whole answer: the status code and the body.
-fn post(port: u16, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-    let mut stream = send_post(port, headers, body);
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read answer");
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
-    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body)
-}
-
-fn tools_list_body() -> String {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(false)}})
-        .to_string()
+    let answer = post.send().await;
+    (answer.status, answer.body)
 }
 
 /// The text of every content block of a tool result.
@@ -170,15 +121,11 @@ async fn answers_are_checked_whole_against_the_question_schema() {
     let server = Server::start(state.path(), Some(&manifest(state.path())));
     let client = http_client(&server.url, true).await;
     let id = start_task(&client, "two_questions", json!({})).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let waiting = loop {
-        let t = poll_until(&client, &id, &[TaskStatus::InputRequired], &mut vec![]).await;
-        if t["inputRequests"].as_object().is_some_and(|m| m.len() == 2) {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "never asked both questions: {t}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let waiting = poll_task(&client, &id, |t| {
+        t["status"] == "input_required"
+            && t["inputRequests"].as_object().is_some_and(|m| m.len() == 2)
+    })
+    .await;
     let count = key_asking(&waiting, "How many?");
     let sure = key_asking(&waiting, "Sure?");
 
@@ -208,8 +155,8 @@ async fn answers_are_checked_whole_against_the_question_schema() {
         "{missing}"
     );
 
-    // Nothing was delivered: both questions are still open.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nothing was delivered: no answer was recorded, and both questions are still open.
+    assert_eq!(recorded_answers(state.path()), 0, "an answer was recorded");
     let still = serde_json::to_value(get(&client, &id).await).expect("json");
     assert_eq!(still["status"], "input_required", "{still}");
     assert_eq!(still["inputRequests"].as_object().map(|m| m.len()), Some(2));
@@ -302,78 +249,70 @@ fn running(pid: &str) -> bool {
 #[tokio::test]
 async fn a_synchronous_caller_who_hangs_up_stops_its_run() {
     let state = tempfile::tempdir().expect("tempdir");
-    // A long synchronous wait, so only the hang-up can stop the run within the test.
+    let log = state.path().join("serve.log");
+    // A long synchronous wait, so only the hang-up can stop the run within the test; the
+    // audit lines say when the call is waiting and when flowgate stopped its run.
     let server = Server::start_with(
         state.path(),
         Some(&manifest(state.path())),
-        &[("FLOWGATE_SYNC_WAIT_SECS", "600")],
-        None,
+        &[("FLOWGATE_SYNC_WAIT_SECS", "600"), ("FLOWGATE_LOG", "info")],
+        Some(&log),
     );
     let pid_file = state.path().join("sleeper.pid");
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "sleeper",
-        "arguments": {"pid_file": pid_file},
-        "_meta": meta(false),
-    }})
-    .to_string();
-    let stream = send_post(
-        port_of(&server),
-        &[
-            ("Host", "127.0.0.1"),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", "sleeper"),
-        ],
-        &body,
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let pid = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file)
+    let call = Post::rpc_as(
+        &server.url,
+        "tools/call",
+        json!({"name": "sleeper", "arguments": {"pid_file": pid_file}}),
+        false,
+    )
+    .name(Some("sleeper"));
+    let waiting = tokio::spawn(call.request().send());
+    let pid = eventually(Duration::from_secs(20), || async {
+        std::fs::read_to_string(&pid_file)
             .ok()
             .filter(|p| !p.trim().is_empty())
-        {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "the run never started");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+            .ok_or("the run never started")
+    })
+    .await;
     assert!(running(&pid), "the command should be running");
-    // A moment into the wait, the caller goes away.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stream.shutdown(std::net::Shutdown::Both).expect("hang up");
-    drop(stream);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while running(&pid) {
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} still runs 15 s after its caller hung up"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Once the start is in the audit trail, the call waits for the run: the caller goes away.
+    eventually(Duration::from_secs(20), || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("event=\"started\"") || text.contains("event=started") {
+            Ok(())
+        } else {
+            Err(format!("no start in the log yet:\n{text}"))
+        }
+    })
+    .await;
+    waiting.abort();
+    let _ = waiting.await;
+    eventually(Duration::from_secs(15), || async {
+        if running(&pid) {
+            Err(format!("process {pid} still runs after its caller hung up"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
 }
 
-#[test]
-fn a_foreign_origin_is_refused_unless_allowed() {
+#[tokio::test]
+async fn a_foreign_origin_is_refused_unless_allowed() {
     let state = tempfile::tempdir().expect("tempdir");
     let server = Server::start(state.path(), None);
-    let port = port_of(&server);
-    let body = tools_list_body();
-    let list = [("Host", "127.0.0.1"), ("Mcp-Method", "tools/list")];
-    let with = |origin: &str| {
-        let mut headers = list.to_vec();
-        headers.push(("Origin", origin));
-        post(port, &headers, &body)
-    };
-    let (status, answer) = with("http://evil.example");
+    let url = server.url.clone();
+    let own = url.trim_end_matches("/mcp").to_owned();
+    let (status, answer) = list_with(&url, &[("Origin", "http://evil.example")]).await;
     assert_eq!(status, 403, "{answer}");
-    let (status, answer) = with("null");
+    let (status, answer) = list_with(&url, &[("Origin", "null")]).await;
     assert_eq!(status, 403, "{answer}");
-    let own = format!("http://127.0.0.1:{port}");
     for origin in [own.as_str(), "http://localhost:3000", "http://[::1]:6274"] {
-        let (status, answer) = with(origin);
+        let (status, answer) = list_with(&url, &[("Origin", origin)]).await;
         assert_eq!(status, 200, "{origin}: {answer}");
-        assert!(answer.contains("long_job"), "{answer}");
+        assert!(answer.to_string().contains("long_job"), "{answer}");
     }
-    let (status, answer) = post(port, &list, &body);
+    let (status, answer) = list_with(&url, &[]).await;
     assert_eq!(status, 200, "no Origin at all is fine: {answer}");
 
     let allowed = Server::start_with(
@@ -385,7 +324,6 @@ fn a_foreign_origin_is_refused_unless_allowed() {
         )],
         None,
     );
-    let port = port_of(&allowed);
     for (origin, expected) in [
         ("https://app.example", 200),
         ("https://app.example:443", 200),
@@ -393,9 +331,7 @@ fn a_foreign_origin_is_refused_unless_allowed() {
         ("http://evil.example:8080", 200),
         ("http://evil.example", 403),
     ] {
-        let mut headers = list.to_vec();
-        headers.push(("Origin", origin));
-        let (status, answer) = post(port, &headers, &body);
+        let (status, answer) = list_with(&allowed.url, &[("Origin", origin)]).await;
         assert_eq!(status, expected, "{origin}: {answer}");
     }
 }

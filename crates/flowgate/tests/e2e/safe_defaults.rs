@@ -3,9 +3,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::{KEY, bin, free_port};
+use crate::support::{KEY, bin, exited, free_port};
 
 /// Runs `flowgate serve` with `args` and `env`, expecting it to exit; gives up after 20 s.
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -26,17 +26,14 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn flowgate serve");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "flowgate served instead of refusing: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    // A refusal ends the process; one still running after 20 s is serving instead.
+    if exited(&mut child, Duration::from_secs(20)).is_none() {
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("output");
+        panic!(
+            "flowgate served instead of refusing: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     child.wait_with_output().expect("output")
 }

@@ -1,5 +1,14 @@
-//! Starting `flowgate serve` as a real process, and connecting clients to it.
+//! Starting `flowgate serve` as a real process, connecting clients to it, and waiting for what
+//! a test waits for:
+//!
+//! - [`eventually`] (and [`wait_until`] outside async code): a probe retried until it succeeds
+//!   or the time is up, the last failure then being the panic message;
+//! - [`poll_task`]: `tasks/get` until the task shows what the test waits for;
+//! - [`Post`]: the one raw HTTP client, for requests a well-behaved client would never send
+//!   and answers a test must see whole (status, headers, body).
 
+use std::fmt::Display;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -85,16 +94,64 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
+/// How often [`eventually`] and [`wait_until`] try again.
+const RETRY_EVERY: Duration = Duration::from_millis(50);
+
+/// Retries `probe` every 50 ms until it succeeds, for at most `timeout`, and returns what it
+/// gave. Past `timeout` the test fails with the probe's last error, which should say what was
+/// seen instead.
+pub(crate) async fn eventually<T, E, F, Fut>(timeout: Duration, mut probe: F) -> T
+where
+    E: Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe().await {
+            Ok(done) => return done,
+            Err(e) if Instant::now() >= deadline => panic!("not within {timeout:?}: {e}"),
+            Err(_) => tokio::time::sleep(RETRY_EVERY).await,
+        }
+    }
+}
+
+/// [`eventually`] for code that is not async (a server starting, a process exiting).
+pub(crate) fn wait_until<T, E: Display>(
+    timeout: Duration,
+    probe: impl FnMut() -> Result<T, E>,
+) -> T {
+    retry_until(timeout, probe).unwrap_or_else(|e| panic!("not within {timeout:?}: {e}"))
+}
+
+/// [`wait_until`] that gives the last failure back instead of failing the test.
+fn retry_until<T, E>(timeout: Duration, mut probe: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe() {
+            Ok(done) => return Ok(done),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(RETRY_EVERY),
+        }
+    }
+}
+
 /// Waits up to 20 s for something to listen on `port`.
 pub(crate) fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "nothing listened on port {port} within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .map_err(|e| format!("nothing listens on port {port}: {e}"))
+    });
+}
+
+/// Waits up to `timeout` for `child` to exit: its status, or `None` while it still runs.
+pub(crate) fn exited(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    retry_until(timeout, || match child.try_wait() {
+        Ok(Some(status)) => Ok(status),
+        Ok(None) => Err(()),
+        Err(e) => panic!("cannot wait for process {}: {e}", child.id()),
+    })
+    .ok()
 }
 
 pub(crate) type Client = RunningService<RoleClient, ClientConfig>;
@@ -166,6 +223,31 @@ pub(crate) async fn get(client: &Client, task_id: &str) -> GetTaskResult {
         .expect("tasks/get")
 }
 
+/// Polls `tasks/get` until `predicate` holds for the task (its JSON), for at most 30 s, as
+/// often as the task's `pollIntervalMs` asks (at most 250 ms apart), and returns it.
+pub(crate) async fn poll_task(
+    client: &Client,
+    task_id: &str,
+    mut predicate: impl FnMut(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let task = serde_json::to_value(get(client, task_id).await).expect("json");
+        if predicate(&task) {
+            return task;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the task never got there: {task}"
+        );
+        let pause = task["pollIntervalMs"]
+            .as_u64()
+            .unwrap_or(200)
+            .clamp(50, 250);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
 /// Polls until the task reaches one of `until`, recording every status seen.
 pub(crate) async fn poll_until(
     client: &Client,
@@ -173,19 +255,16 @@ pub(crate) async fn poll_until(
     until: &[TaskStatus],
     seen: &mut Vec<TaskStatus>,
 ) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = get(client, task_id).await;
-        let status = r.task.status();
+    poll_task(client, task_id, |task| {
+        let Ok(status) = serde_json::from_value::<TaskStatus>(task["status"].clone()) else {
+            return false;
+        };
         if seen.last() != Some(&status) {
             seen.push(status);
         }
-        if until.contains(&status) {
-            return serde_json::to_value(&r).expect("json");
-        }
-        assert!(Instant::now() < deadline, "task stuck; seen {seen:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        until.contains(&status)
+    })
+    .await
 }
 
 /// Sends `tasks/cancel` and polls until the task settles (cancelled, or finished first).
@@ -234,6 +313,22 @@ pub(crate) fn runs(state_dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// How many answers the local engine has recorded under `state_dir` (it records an answer
+/// before `tasks/update` returns, so after a refused update this says whether anything was
+/// delivered).
+pub(crate) fn recorded_answers(state_dir: &Path) -> usize {
+    runs(state_dir)
+        .iter()
+        .flat_map(|run| {
+            std::fs::read_dir(run.join("questions"))
+                .into_iter()
+                .flatten()
+        })
+        .filter_map(Result::ok)
+        .filter(|question| question.path().join("answer.json").exists())
+        .count()
+}
+
 /// Whether any process of the group is alive.
 pub(crate) fn group_alive(pgid: &str) -> bool {
     Command::new("kill")
@@ -243,45 +338,156 @@ pub(crate) fn group_alive(pgid: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// A raw JSON-RPC POST on the 2026-07-28 wire, with the headers a client must send.
+/// The 2026-07-28 `_meta` of a request; `tasks` says whether it declares the tasks extension.
+pub(crate) fn meta(client: &str, tasks: bool) -> Value {
+    let capabilities = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": client, "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+/// One raw HTTP `POST` to `/mcp`: the one raw client of the tests. It sends exactly the
+/// headers it is given (by default those every client sends: the JSON content type, an
+/// `Accept` of JSON and SSE, and for [`Post::rpc`] the 2026-07-28 version and `Mcp-Method`).
+#[derive(Debug, Clone)]
+pub(crate) struct Post {
+    url: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+/// What a [`Post`] was answered.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: reqwest::header::HeaderMap,
+    /// The body as JSON, or as a JSON string when it is not JSON.
+    pub(crate) body: Value,
+}
+
+impl Answer {
+    /// A header's value, if it is there and text.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl Post {
+    /// `body` as it is, with the content type and `Accept` every client sends.
+    pub(crate) fn body(url: &str, body: impl Into<String>) -> Post {
+        Post {
+            url: url.to_owned(),
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                (
+                    "accept".into(),
+                    "application/json, text/event-stream".into(),
+                ),
+            ],
+            body: body.into(),
+        }
+    }
+
+    /// A JSON-RPC request (id 1) on the 2026-07-28 wire, from a client that declares the tasks
+    /// extension in `_meta`, with `MCP-Protocol-Version` and `Mcp-Method` (no `Mcp-Name`: see
+    /// [`Post::name`]).
+    pub(crate) fn rpc(url: &str, method: &str, params: Value) -> Post {
+        Post::rpc_as(url, method, params, true)
+    }
+
+    /// [`Post::rpc`] from a client that declares the tasks extension or not.
+    pub(crate) fn rpc_as(url: &str, method: &str, mut params: Value, tasks: bool) -> Post {
+        params["_meta"] = meta("raw", tasks);
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        Post::body(url, body.to_string())
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+    }
+
+    /// A JSON-RPC message of the 2025-11-25 revision, with its version header.
+    pub(crate) fn v2025(url: &str, message: &Value) -> Post {
+        Post::body(url, message.to_string()).header("mcp-protocol-version", "2025-11-25")
+    }
+
+    /// With the header `name` set to `value` (replacing any before).
+    pub(crate) fn header(mut self, name: &str, value: impl Into<String>) -> Post {
+        let name = name.to_ascii_lowercase();
+        self.headers.retain(|(n, _)| *n != name);
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// With `Mcp-Name`, when there is one.
+    pub(crate) fn name(self, name: Option<&str>) -> Post {
+        match name {
+            Some(name) => self.header("mcp-name", name),
+            None => self,
+        }
+    }
+
+    /// With `Authorization: Bearer <token>`, when there is one.
+    pub(crate) fn bearer(self, token: Option<&str>) -> Post {
+        match token {
+            Some(token) => self.header("authorization", format!("Bearer {token}")),
+            None => self,
+        }
+    }
+
+    /// The request, to send it some other way (in flight while the test does something else,
+    /// or read as a stream).
+    pub(crate) fn request(&self) -> reqwest::RequestBuilder {
+        let mut request = reqwest::Client::new()
+            .post(&self.url)
+            .body(self.body.clone());
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        request
+    }
+
+    /// Sends it and reads the whole answer.
+    pub(crate) async fn send(&self) -> Answer {
+        let response = self.request().send().await.expect("http");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        Answer {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        }
+    }
+}
+
+/// A raw JSON-RPC request on the 2026-07-28 wire with `Mcp-Name` `name`: (status, body).
 pub(crate) async fn raw(
     url: &str,
     method: &str,
     name: Option<&str>,
     params: Value,
 ) -> (u16, Value) {
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-    });
-    let mut params = params;
-    params["_meta"] = meta;
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    raw_body(url, method, name, &body.to_string()).await
+    let answer = Post::rpc(url, method, params).name(name).send().await;
+    (answer.status, answer.body)
 }
 
+/// A raw body sent as a `method` request on the 2026-07-28 wire: (status, body).
 pub(crate) async fn raw_body(
     url: &str,
     method: &str,
     name: Option<&str>,
     body: &str,
 ) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
+    let answer = Post::body(url, body)
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", method)
-        .body(body.to_owned());
-    if let Some(n) = name {
-        req = req.header("mcp-name", n);
-    }
-    let resp = req.send().await.expect("http");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+        .name(name)
+        .send()
+        .await;
+    (answer.status, answer.body)
 }
