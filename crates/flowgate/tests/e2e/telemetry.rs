@@ -494,3 +494,211 @@ async fn prometheus_scrapes_flowgate_and_answers_for_the_series_of_one_call() {
     .await;
     prometheus_value(&prometheus, &format!("flowgate_tools{{{by}}}"), "1").await;
 }
+
+/// The value of the series `series` (name and labels exactly as exposed) in `text`.
+fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_count_tasks_requests_and_refusals_by_reason_and_spans_name_only_the_issuer() {
+    use flowgate_auth::testing::FakeIssuer;
+
+    const AUDIENCE: &str = "https://flowgate-metrics.a.run.app";
+    let google = FakeIssuer::start().await;
+    let token = |email: &str, audience: &str| {
+        let now = chrono::Utc::now().timestamp();
+        google.sign_rs256(&json!({
+            "iss": "https://accounts.google.com", "aud": audience, "sub": "1000",
+            "email": email, "email_verified": true, "iat": now, "exp": now + 600,
+        }))
+    };
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest = state.path().join("tools.yaml");
+    let tool = |name: &str, interval: u32, seconds: f32| {
+        format!(
+            "  - name: {name}\n    description: {name}\n    task: optional\n    \
+             poll_interval_ms: {interval}\n    target:\n      engine: local\n      command: \
+             [\"/bin/sh\", \"-c\", \"sleep {seconds}; echo '{{}}'\"]\n"
+        )
+    };
+    std::fs::write(
+        &manifest,
+        format!(
+            "tools:\n{}{}",
+            tool("nap", 200, 0.3),
+            tool("long", 1500, 60.0)
+        ),
+    )
+    .expect("manifest");
+    let metrics_at = format!("127.0.0.1:{}", free_port());
+    let service = unique("flowgate-metrics");
+    let jwks = google.jwks_url();
+    let endpoint = otlp_http();
+    let server = Server::start_with(
+        state.path(),
+        Some(&manifest),
+        &[
+            ("FLOWGATE_AUTH_MODE", "google-id-token"),
+            ("FLOWGATE_AUTH_AUDIENCE", AUDIENCE),
+            ("FLOWGATE_AUTH_JWKS_URL", &jwks),
+            ("FLOWGATE_AUTH_ALLOWED", "alice@p.iam.gserviceaccount.com"),
+            ("FLOWGATE_METRICS_LISTEN", &metrics_at),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_SERVICE_NAME", &service),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+        None,
+    );
+    let alice = token("alice@p.iam.gserviceaccount.com", AUDIENCE);
+    let as_alice = [("authorization", format!("Bearer {alice}"))];
+
+    // Refusals, one of each reason an ID token can have.
+    let list = |headers: Vec<(&'static str, String)>| {
+        let url = server.url.clone();
+        async move {
+            let mut post = reqwest::Client::new()
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#);
+            for (k, v) in headers {
+                post = post.header(k, v);
+            }
+            post.send().await.expect("http").status().as_u16()
+        }
+    };
+    assert_eq!(list(vec![]).await, 401);
+    let elsewhere = token("alice@p.iam.gserviceaccount.com", "https://other.a.run.app");
+    assert_eq!(
+        list(vec![("authorization", format!("Bearer {elsewhere}"))]).await,
+        401
+    );
+    let stranger = token("someone@elsewhere.test", AUDIENCE);
+    assert_eq!(
+        list(vec![("authorization", format!("Bearer {stranger}"))]).await,
+        403
+    );
+
+    // One task to its end, one cancelled, one forged id.
+    one_task(&server.url, &as_alice).await;
+    let created = rpc(
+        &server.url,
+        "tools/call",
+        json!({"name": "long", "arguments": {}}),
+        &as_alice,
+    )
+    .await;
+    let long = created["result"]["taskId"].as_str().expect("a task");
+    let cancelled = rpc(
+        &server.url,
+        "tasks/cancel",
+        json!({"taskId": long}),
+        &as_alice,
+    )
+    .await;
+    assert!(cancelled.get("result").is_some(), "{cancelled}");
+    let forged = rpc(
+        &server.url,
+        "tasks/get",
+        json!({"taskId": "fg1.k1.forged"}),
+        &as_alice,
+    )
+    .await;
+    assert_eq!(forged["error"]["code"], -32602, "{forged}");
+
+    let text = reqwest::get(format!("http://{metrics_at}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let value = |series: &str| {
+        series_value(&text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    for reason in ["unauthenticated", "invalid_token", "not_allowed"] {
+        assert_eq!(
+            value(&format!(
+                "flowgate_auth_refusals_total{{reason=\"{reason}\"}}"
+            )),
+            1.0
+        );
+    }
+    assert_eq!(
+        value("flowgate_tasks_started_total{tool=\"nap\",engine=\"local\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("flowgate_tasks_finished_total{tool=\"nap\",engine=\"local\",state=\"completed\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("flowgate_tasks_cancelled_total{tool=\"long\",engine=\"local\",reason=\"client\"}"),
+        1.0
+    );
+    assert!(value("flowgate_tasks_get_total{tool=\"nap\"}") >= 1.0);
+    // The interval advertised last: the tool's, for a task created and for each poll.
+    assert_eq!(value("flowgate_poll_interval_seconds{tool=\"nap\"}"), 0.2);
+    assert_eq!(value("flowgate_poll_interval_seconds{tool=\"long\"}"), 1.5);
+    assert_eq!(
+        value(
+            "flowgate_engine_call_duration_seconds_count{tool=\"nap\",engine=\"local\",operation=\"start\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "flowgate_engine_calls_total{tool=\"long\",engine=\"local\",operation=\"cancel\",outcome=\"ok\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        value("flowgate_mcp_requests_total{method=\"tools/call\",outcome=\"ok\",code=\"\"}"),
+        2.0
+    );
+    assert_eq!(
+        value(
+            "flowgate_mcp_requests_total{method=\"tasks/get\",outcome=\"error\",code=\"-32602\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&format!(
+            "flowgate_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
+
+    // The request spans name who vouched for the caller, never the caller or its token.
+    let spans = spans_until(&service, |spans| {
+        spans.iter().any(|s| s["name"] == "tools/call long")
+            && spans.iter().any(|s| s["name"] == "tasks/cancel")
+    })
+    .await;
+    let call = spans
+        .iter()
+        .find(|s| s["name"] == "tools/call long")
+        .expect("the call's span");
+    assert_eq!(
+        attr(call, "flowgate.principal.issuer"),
+        "https://accounts.google.com"
+    );
+    let cancel = spans
+        .iter()
+        .find(|s| s["name"] == "tasks/cancel")
+        .expect("the cancel's span");
+    assert_eq!(attr(cancel, "flowgate.tool"), "long");
+    let forged = spans
+        .iter()
+        .find(|s| s["name"] == "tasks/get" && attr(s, "flowgate.outcome") == "error")
+        .unwrap_or_else(|| panic!("no span of the forged tasks/get in {spans:#?}"));
+    assert_eq!(attr(forged, "error.type"), "-32602");
+    assert_eq!(attr(forged, "rpc.response.status_code"), "-32602");
+    let all = serde_json::to_string(&spans).expect("json");
+    assert!(!all.contains("alice@"), "{all}");
+    assert!(!all.contains(&alice), "a token in the spans");
+}
