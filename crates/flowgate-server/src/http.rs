@@ -104,7 +104,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         hosts: config.allowed_hosts.clone(),
         origins: origins::allowlist(&options.allowed_origins),
     };
-    let service = McpService::new(server.clone(), caller_of);
+    let service = McpService::new(server.clone(), Arc::new(caller_of));
     let service = StreamableHttpService::new(
         move || Ok(service.clone()),
         Arc::new(NeverSessionManager::default()),

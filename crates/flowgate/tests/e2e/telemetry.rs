@@ -702,3 +702,116 @@ async fn metrics_count_tasks_requests_and_refusals_by_reason_and_spans_name_only
     assert!(!all.contains("alice@"), "{all}");
     assert!(!all.contains(&alice), "a token in the spans");
 }
+
+#[test]
+fn stdio_requests_are_spans_too_for_rmcp_and_the_2025_11_25_dialect() {
+    use std::io::{BufRead as _, Write as _};
+
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest = manifest(state.path(), 0.3);
+    let service = unique("flowgate-stdio");
+    let mut child = std::process::Command::new(bin())
+        .args(["serve", "--stdio", "--manifest"])
+        .arg(&manifest)
+        .env("FLOWGATE_STATE_DIR", state.path())
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG", "warn")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_http())
+        .env("OTEL_SERVICE_NAME", &service)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("flowgate serve --stdio");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut ask = |message: Value| -> Value {
+        writeln!(stdin, "{message}").expect("write");
+        if message.get("id").is_none() {
+            return Value::Null;
+        }
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    let (trace, client_span) = client_trace();
+    let meta = json!({"traceparent": format!("00-{trace}-{client_span}-01")});
+    let init = ask(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "telemetry-e2e", "version": "0"}}}),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // A synchronous call (rmcp's), then a task (the 2025-11-25 dialect's), its poll, a forgery.
+    let sync = ask(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "nap", "arguments": {}, "_meta": meta}}),
+    );
+    assert_eq!(sync["result"]["isError"], false, "{sync}");
+    let created = ask(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "nap", "arguments": {}, "task": {"ttl": 60000}, "_meta": meta}}),
+    );
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {created}"))
+        .to_owned();
+    let got = ask(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {
+        "taskId": task, "_meta": meta}}),
+    );
+    assert!(got.get("result").is_some(), "{got}");
+    let forged = ask(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/get", "params": {
+        "taskId": "fg1.k1.forged"}}),
+    );
+    assert_eq!(forged["error"]["code"], -32602, "{forged}");
+    drop(stdin);
+    let _ = child.wait();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let spans = runtime.block_on(spans_until(&service, |spans| {
+        spans
+            .iter()
+            .filter(|s| s["name"] == "tools/call nap")
+            .count()
+            == 2
+            && spans.iter().filter(|s| s["name"] == "tasks/get").count() == 2
+    }));
+    let calls: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "tools/call nap")
+        .collect();
+    for call in &calls {
+        assert_eq!(call["trace_id"], trace.as_str(), "{call:#}");
+        assert_eq!(call["parent_span_id"], client_span.as_str());
+        assert_eq!(attr(call, "network.transport"), "pipe");
+        assert_eq!(attr(call, "flowgate.outcome"), "ok");
+        // Each call's engine start is its child.
+        assert!(
+            spans
+                .iter()
+                .any(|s| s["name"] == "local start" && s["parent_span_id"] == call["span_id"]),
+            "no engine start under {call:#} in {spans:#?}"
+        );
+    }
+    let poll = spans
+        .iter()
+        .find(|s| s["name"] == "tasks/get" && s["trace_id"] == trace.as_str())
+        .expect("the poll's span");
+    assert_eq!(attr(poll, "flowgate.tool"), "nap");
+    assert!(
+        spans
+            .iter()
+            .any(|s| s["name"] == "local get" && s["parent_span_id"] == poll["span_id"])
+    );
+    let forged = spans
+        .iter()
+        .find(|s| s["name"] == "tasks/get" && attr(s, "flowgate.outcome") == "error")
+        .expect("the forged poll's span");
+    assert_eq!(attr(forged, "rpc.response.status_code"), "-32602");
+}
