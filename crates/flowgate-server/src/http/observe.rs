@@ -3,9 +3,11 @@
 //! body again.
 //!
 //! The span (`flowgate_telemetry::Request`) has the trace context the request names as its
-//! parent (`params._meta`, else the `traceparent` header), runs every later layer and the
-//! handler (engine calls are its children), and the request's [`Caller`] carries it so that
-//! the task operations can name the tool of a task they opened. How the request ended is read
+//! parent (`params._meta`, else the `traceparent` header). The request's [`Caller`] carries
+//! it: the task operations run inside it (engine calls are its children) and name the tool of
+//! a task they opened on it. Only they enter it, never rmcp's machinery around them, whose
+//! spans (and tasks) may outlive the answer by a moment: the request's span closes with the
+//! answer, so on AWS Lambda the export at the end of the invocation has it. How the request ended is read
 //! from the answer: the JSON-RPC error's code in a JSON answer, a refusal's HTTP status, or ok.
 //! With traces and metrics both off this layer passes the request on untouched.
 
@@ -17,7 +19,6 @@ use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use flowgate_telemetry::{Ended, RequestInfo};
-use tracing::Instrument as _;
 
 use crate::Caller;
 use crate::jsonrpc::Incoming;
@@ -55,14 +56,12 @@ pub(crate) async fn observe(request: Request, next: Next) -> Response {
             Some(&parts.headers),
         )
     });
-    let span = observed.span().clone();
     if let Some(caller) = caller {
-        parts.extensions.insert(caller.with_span(span.clone()));
+        parts
+            .extensions
+            .insert(caller.with_span(observed.span().clone()));
     }
-    let response = next
-        .run(Request::from_parts(parts, body))
-        .instrument(span)
-        .await;
+    let response = next.run(Request::from_parts(parts, body)).await;
     let (ended, response) = ended(response).await;
     observed.end(ended);
     response
