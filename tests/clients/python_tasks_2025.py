@@ -4,6 +4,12 @@ Run by scripts/clients against flowgate serving tests/clients/tools.yaml on the 
 
     python tests/clients/python_tasks_2025.py http://127.0.0.1:PORT/mcp
     python tests/clients/python_tasks_2025.py --stdio FLOWGATE_BIN MANIFEST   (the same flows on stdio)
+    python tests/clients/python_tasks_2025.py FUNCTION_URL/mcp --lambda SECONDS   (flowgate on AWS Lambda)
+
+With `--lambda SECONDS` (flowgate as a Lambda function whose timeout is shorter than SECONDS), a
+task that runs SECONDS is also fetched with tasks/result at once: each hold ends before the
+invocation's deadline, and the client's own resumable-stream reconnect (GET with Last-Event-ID)
+resumes it until the result comes.
 
 Everything goes through the package's own public client API, unmodified: `streamable_http_client`
 (or `stdio_client`, which starts `flowgate serve --stdio` with a fresh state folder and key),
@@ -183,6 +189,18 @@ async def stepfunctions(session: ClientSession) -> None:
     await forged(session, created.task.taskId)
 
 
+async def outlives_the_function(session: ClientSession, seconds: float) -> None:
+    """A task longer than the function's timeout, fetched with tasks/result at once."""
+    created = await session.experimental.call_tool_as_task("long_report", {"days": 6, "seconds": seconds})
+    started = time.monotonic()
+    result = await session.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+    took = time.monotonic() - started
+    check(text_of(result) == "Report for 6 days is ready", f"tasks/result returned {text_of(result)!r}")
+    check(took >= seconds - 1, f"tasks/result answered in {took:.1f}s, before the task's {seconds}s")
+    print(f"ok  a {seconds:g}s task outlived the function's timeout: tasks/result resumed until the "
+          f"result ({took:.1f}s)")
+
+
 async def flows(session: ClientSession, approver: Approver) -> None:
     await negotiated(session)
     task_id = await long_tool_to_completion(session)
@@ -217,6 +235,8 @@ async def main(target: str, *rest: str) -> None:
                 await stepfunctions(session)
                 return
             await flows(session, approver)
+            if rest[:1] == ("--lambda",):
+                await outlives_the_function(session, float(rest[1]))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,12 @@
 // Run by scripts/clients against flowgate serving tests/clients/tools.yaml on the local engine:
 //
 //     node tests/clients/ts_tasks_2025.mjs MODULES_DIR http://127.0.0.1:PORT/mcp
+//     node tests/clients/ts_tasks_2025.mjs MODULES_DIR FUNCTION_URL/mcp --lambda SECONDS
+//
+// With `--lambda SECONDS` (flowgate as a Lambda function whose timeout is shorter than SECONDS), a
+// task that runs SECONDS is also fetched with tasks/result (`getTaskResult`) at once: each hold
+// ends before the invocation's deadline, and the transport's resumable-stream reconnect (GET with
+// Last-Event-ID) resumes it until the result comes.
 //
 // MODULES_DIR is the node_modules folder holding @modelcontextprotocol/sdk. Everything goes through
 // the SDK's own public client API, unmodified: `Client.connect` over `StreamableHTTPClientTransport`
@@ -14,7 +20,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-const [modules, url] = process.argv.slice(2);
+const [modules, url, flag, lambdaSeconds] = process.argv.slice(2);
 const sdk = (file) => import(pathToFileURL(path.join(modules, '@modelcontextprotocol/sdk/dist/esm', file)).href);
 const { Client } = await sdk('client/index.js');
 const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
@@ -107,4 +113,19 @@ for (const bad of [taskId.slice(0, -4) + 'AAAA', 'fg1.nope.x', 'not-a-task']) {
   check(code === -32602, `forged id ${bad.slice(0, 16)}... gave ${code}`);
 }
 console.log('ok  forged task ids refused with -32602');
+if (flag === '--lambda') {
+  const seconds = Number(lambdaSeconds);
+  const created = await client.experimental.tasks.callToolStream(
+    { name: 'long_report', arguments: { days: 6, seconds } },
+    CallToolResultSchema,
+    { task: { ttl: 120000 } },
+  ).next();
+  check(created.value?.type === 'taskCreated', `no task: ${JSON.stringify(created.value)}`);
+  const begun = Date.now();
+  const long = await client.experimental.tasks.getTaskResult(created.value.task.taskId, CallToolResultSchema, { timeout: 120000 });
+  const tookLong = (Date.now() - begun) / 1000;
+  check(text(long) === 'Report for 6 days is ready', `tasks/result returned ${JSON.stringify(long)}`);
+  check(tookLong >= seconds - 1, `tasks/result answered in ${tookLong}s, before the task's ${seconds}s`);
+  console.log(`ok  a ${seconds}s task outlived the function's timeout: tasks/result resumed until the result (${tookLong.toFixed(1)}s)`);
+}
 await client.close();

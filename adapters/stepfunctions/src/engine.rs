@@ -147,6 +147,12 @@ impl StepFunctionsEngine {
         self.quota.reads.throttled_count() + self.quota.lists.throttled_count()
     }
 
+    /// How often the listings that learn of ends may run now (for tests and benchmarks): the
+    /// ListExecutions budget shared with `tasks/list`, slowed by throttling.
+    pub fn listing_interval(&self) -> Duration {
+        self.quota.lists.interval()
+    }
+
     /// What to advertise for a running execution now, and how often listings run when they
     /// are worth it. Reading every execution's history once a cycle shows its end within the
     /// cycle; while the cycle is longer than a listing and a poll, listings show ends sooner,
@@ -864,7 +870,16 @@ impl Engine for StepFunctionsEngine {
         let mut found = Vec::new();
         let mut scanned = 0;
         let mut token: Option<String> = None;
+        let mut page = 0;
         loop {
+            // A listing page spends the ListExecutions budget as one page of a sweep does (one
+            // call each cycle: a client lists now and then, as it polls), so the sweeps that
+            // learn of ends make room for it; its throttling slows them down too.
+            page += 1;
+            self.quota.lists.spend(&format!(
+                "{}#tasks/list#{page}",
+                self.target.unqualified_arn()
+            ));
             let out = self
                 .client()
                 .await
@@ -874,7 +889,12 @@ impl Engine for StepFunctionsEngine {
                 .set_next_token(token.take())
                 .send()
                 .await
-                .map_err(|e| classify(e, &self.what("ListExecutions")))?;
+                .map_err(|e| classify(e, &self.what("ListExecutions")))
+                .inspect_err(|e| {
+                    if matches!(e, EngineError::Throttled { .. }) {
+                        self.quota.lists.throttled();
+                    }
+                })?;
             scanned += out.executions().len();
             found.extend(
                 out.executions()

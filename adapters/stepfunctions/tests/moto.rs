@@ -645,6 +645,34 @@ async fn throttling_keeps_the_task_as_last_seen_and_slows_polling() {
 }
 
 #[tokio::test]
+async fn tasks_list_spends_the_listing_budget_and_its_throttling_slows_listings() {
+    let url = moto_url();
+    let arn = create_machine(&admin_client(&url), &unique("lists"), &pass_wait_pass(1)).await;
+    // A bucket of 3 ListExecutions calls refilled once every 20 s.
+    let scope = ProxyScope::new(
+        "tasks-list-budget",
+        json!({"buckets": {"ListExecutions": [3, 0.05]}}),
+    )
+    .await;
+    let e = proxied(&scope, &arn, json!({}));
+    assert_eq!(e.listing_interval(), Duration::ZERO, "nothing listed yet");
+    e.list(ListFilter::default()).await.expect("list");
+    // A listing page is one call each cycle at 80% of 5 a second: 250 ms of the cycle.
+    let spent = e.listing_interval();
+    assert!(spent >= Duration::from_millis(249), "{spent:?}");
+    let mut throttled = false;
+    for _ in 0..20 {
+        if let Err(EngineError::Throttled { .. }) = e.list(ListFilter::default()).await {
+            throttled = true;
+            break;
+        }
+    }
+    assert!(throttled, "the bucket ran dry");
+    assert_eq!(e.throttled_count(), 1);
+    assert!(e.listing_interval() > spent, "throttling slows listings");
+}
+
+#[tokio::test]
 async fn a_stalled_endpoint_times_out_instead_of_hanging() {
     let url = moto_url();
     let arn = create_machine(&admin_client(&url), &unique("stall"), &pass_wait_pass(60)).await;

@@ -11,12 +11,13 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use http::request::Parts;
 use http::{HeaderMap, StatusCode, header};
 
 use crate::challenge::{Refusal, www_authenticate_header};
-use crate::{AuthError, Authenticated, ProtectedResourceMetadata};
+use crate::{AuthError, Authenticated, ProtectedResourceMetadata, TokenValidator};
 
 /// Who vouches for callers: the values of `--auth-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -106,6 +107,8 @@ pub struct Refused {
     pub reason: String,
     /// The scopes the request needs ([`RefusalKind::InsufficientScope`]), so a client can step up.
     pub scopes: Vec<String>,
+    /// For a refusal that passes ([`RefusalKind::Unavailable`]): when to try again, if known.
+    pub retry_after: Option<Duration>,
 }
 
 impl Refused {
@@ -114,6 +117,7 @@ impl Refused {
             kind,
             reason: reason.into(),
             scopes: Vec::new(),
+            retry_after: None,
         }
     }
 
@@ -140,6 +144,14 @@ impl Refused {
         }
     }
 
+    /// This refusal, telling the client to try again after `wait`.
+    pub fn retry_after(self, wait: Duration) -> Self {
+        Refused {
+            retry_after: Some(wait),
+            ..self
+        }
+    }
+
     /// Keys that cannot be fetched now.
     pub fn unavailable(reason: impl Into<String>) -> Self {
         Refused::new(RefusalKind::Unavailable, reason)
@@ -151,6 +163,16 @@ impl Refused {
         match error {
             AuthError::KeysUnavailable => Refused::unavailable(error.to_string()),
             other => Refused::invalid(other.to_string()),
+        }
+    }
+
+    /// What a request `validator` refused with `error` is told: [`Refused::from_validation`],
+    /// and for unavailable keys how long until the next attempt to fetch them.
+    pub async fn from_validator(validator: &TokenValidator, error: &AuthError) -> Self {
+        let refused = Refused::from_validation(error);
+        match refused.kind {
+            RefusalKind::Unavailable => refused.retry_after(validator.next_key_attempt_in().await),
+            _ => refused,
         }
     }
 

@@ -144,6 +144,15 @@ impl KeySet {
         Ok(pick(cache.keys.as_ref(), kid))
     }
 
+    /// How long until the next attempt to fetch the keys may be made (zero when one may be
+    /// made now): what a client refused for unavailable keys is told to wait.
+    pub async fn next_attempt_in(&self) -> Duration {
+        let cache = self.cache.lock().await;
+        cache.attempted_at.map_or(Duration::ZERO, |last| {
+            backoff(self.min_refresh, cache.failures).saturating_sub(last.elapsed())
+        })
+    }
+
     /// Whether an attempt is due: none yet, or `min_refresh` since the last one, doubled for
     /// every failure in a row beyond the first, up to [`MAX_BACKOFF`].
     fn may_attempt(&self, cache: &Cache) -> bool {

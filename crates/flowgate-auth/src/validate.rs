@@ -275,6 +275,11 @@ pub struct TokenValidator {
 }
 
 impl TokenValidator {
+    /// How long until the next attempt to fetch the issuer's keys (zero: one may be made now).
+    pub async fn next_key_attempt_in(&self) -> Duration {
+        self.keys.next_attempt_in().await
+    }
+
     /// A validator; HMAC and `none` are removed from the allow-list whatever the config says.
     pub fn new(mut config: ValidatorConfig, keys: KeySet) -> Self {
         config

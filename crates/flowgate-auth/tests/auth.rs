@@ -583,6 +583,14 @@ async fn an_issuer_in_an_outage_is_asked_once_per_interval() {
     }
     assert_eq!(fake.discoveries(), 1, "one attempt for 30 requests");
     assert_eq!(fake.fetches(), 0);
+    // A refused client is told to come back when the next attempt is due, not sooner.
+    let refused =
+        flowgate_auth::Refused::from_validator(&patient, &AuthError::KeysUnavailable).await;
+    let wait = refused.retry_after.expect("a wait");
+    assert!(
+        wait > Duration::from_secs(3590) && wait <= Duration::from_secs(3600),
+        "{wait:?}"
+    );
 
     // With a short interval, attempts are spaced by it and then by its doubles.
     let interval = Duration::from_millis(200);

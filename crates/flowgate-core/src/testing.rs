@@ -44,6 +44,7 @@ pub struct FakeEngine {
     runs: Runs,
     lose_next_start_answer: Arc<std::sync::atomic::AtomicBool>,
     read_fault: Arc<Mutex<Option<u32>>>,
+    reads: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl FakeEngine {
@@ -85,6 +86,11 @@ impl FakeEngine {
             }
             None => false,
         }
+    }
+
+    /// How many reads (`get`s) have been made, of any execution.
+    pub fn read_count(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many executions exist (every principal).
@@ -251,6 +257,7 @@ impl Engine for FakeEngine {
     }
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if self.read_fails() {
             return Err(EngineError::Unavailable {
                 engine: KIND,

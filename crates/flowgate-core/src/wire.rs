@@ -432,17 +432,8 @@ mod tests {
 
     #[test]
     fn one_mapping_of_states_gives_every_shape_its_status() {
-        let states = [
-            TaskState::Submitted,
-            TaskState::Working,
-            TaskState::InputRequired,
-            TaskState::Completed,
-            TaskState::Failed,
-            TaskState::Cancelled,
-            TaskState::Unknown,
-        ];
         for failure in [FailureMode::ToolError, FailureMode::JsonRpcError] {
-            for state in states {
+            for state in TaskState::ALL {
                 let mut r = record(state);
                 r.input_requests.push(InputRequest {
                     key: "k".into(),

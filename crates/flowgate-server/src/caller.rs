@@ -8,10 +8,15 @@
 //! same code.
 
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use flowgate_auth::{Authenticated, principal, scope};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// How long before the platform's deadline a request stops waiting (for the engine, for an
+/// execution), leaving time to answer (and to stop the execution of a synchronous call).
+pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 
 /// The caller of one request.
 #[derive(Debug, Clone)]
@@ -111,6 +116,20 @@ impl Caller {
         self.deadline
     }
 
+    /// When the request stops waiting: [`DEADLINE_MARGIN`] before its deadline.
+    pub(crate) fn answer_by(&self) -> Option<Instant> {
+        self.deadline
+            .map(|d| d.checked_sub(DEADLINE_MARGIN).unwrap_or(d))
+    }
+
+    /// `limit`, or less when the request must answer sooner ([`Caller::answer_by`]).
+    pub(crate) fn bound(&self, limit: Duration) -> Duration {
+        match self.answer_by() {
+            Some(by) => limit.min(by.saturating_duration_since(Instant::now())),
+            None => limit,
+        }
+    }
+
     /// Completes when the caller has gone away (never, on a transport that cannot tell).
     pub async fn gone(&self) {
         match &self.gone {
@@ -118,6 +137,49 @@ impl Caller {
             None => std::future::pending().await,
         }
     }
+}
+
+/// The request id of a request whose client or platform offered `offered`: the offered id when
+/// it is a [`token`], else a fresh one.
+pub(crate) fn request_id(offered: Option<&str>) -> String {
+    match offered {
+        Some(id) if token(id) => id.to_owned(),
+        _ => fresh_id(),
+    }
+}
+
+/// The longest request id taken from a header.
+const MAX_ID: usize = 128;
+
+/// What flowgate's own ids start with. An offered id starting so is refused, so no client can
+/// name its request with an id flowgate gave (or will give) another request.
+const FRESH_PREFIX: &str = "fg-";
+
+/// Whether an offered request id is taken as it is: 1 to 128 characters of a short token
+/// alphabet (ASCII letters and digits, `-._~:/+`), starting with a letter or digit, and not in
+/// the namespace of flowgate's fresh ids. Anything else (spaces, quotes, `=`, `;`, control
+/// characters) could split or forge a log line in the text format, or pass for a field: it is
+/// replaced by a fresh id.
+fn token(id: &str) -> bool {
+    id.len() <= MAX_ID
+        && id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._~:/+".contains(c))
+        && !id.starts_with(FRESH_PREFIX)
+}
+
+/// A fresh id: `fg-` and 16 hex digits of the clock mixed with a per-process counter, unique
+/// enough to correlate log lines, and never one an offered id can take.
+fn fresh_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    let mixed = nanos ^ NEXT.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+    format!("{FRESH_PREFIX}{mixed:016x}")
 }
 
 #[cfg(test)]
@@ -150,5 +212,45 @@ mod tests {
         assert!(alice.may_use(&["read".to_owned()]));
         assert!(!alice.may_use(&["deploy".to_owned()]));
         assert!(alice.deadline().is_none());
+    }
+
+    #[test]
+    fn an_offered_id_is_taken_only_as_a_short_token() {
+        for good in [
+            "test-tools/call",
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "1-5759e988-bd862e3fe1be46a994272793",
+            "req_1.2~a:b+c",
+        ] {
+            assert!(token(good), "{good}");
+        }
+        let long = "a".repeat(MAX_ID + 1);
+        for bad in [
+            "",
+            "two words",
+            "id\tmcpMethod=tools/call",
+            "x requestId=other",
+            "\"quoted\"",
+            "a;b",
+            "a=b",
+            "-leading",
+            "fg-0123456789abcdef",
+            "caf\u{e9}",
+            long.as_str(),
+        ] {
+            assert!(!token(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn fresh_ids_are_distinct_and_outside_what_a_client_may_offer() {
+        let a = fresh_id();
+        let b = fresh_id();
+        assert_ne!(a, b);
+        assert!(
+            a.starts_with(FRESH_PREFIX) && a.len() == FRESH_PREFIX.len() + 16,
+            "{a}"
+        );
+        assert!(!token(&a));
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::errors::tool_error;
 use crate::hang_up::StopOnDrop;
+use crate::holds::too_many_calls;
 use crate::mrtr::Gathered;
 use crate::retry::{START_DEADLINE, within};
 use crate::tasks::TaskView;
@@ -98,6 +99,17 @@ impl FlowgateServer {
                 ContentBlock::text(text),
             ])));
         }
+        // A call that waits for its result holds one of the caller's slots (module `holds`),
+        // taken before anything starts.
+        let waits = !(as_task && entry.spec.task != TaskSupport::Forbidden)
+            || entry.engine.capabilities().synchronous_only;
+        let _slot = match waits.then(|| self.hold(caller)) {
+            Some(Err(limit)) => {
+                return Ok(Called::Complete(too_many_calls(&entry.spec.name, limit)));
+            }
+            Some(Ok(slot)) => Some(slot),
+            None => None,
+        };
         let arguments_digest = arguments.clone();
         // One key for the call, made before the first attempt: every retry below carries it,
         // so the engine starts at most one execution however the attempts end.
@@ -116,7 +128,10 @@ impl FlowgateServer {
             };
         }
         let kind = entry.engine.kind();
-        let started = match within(START_DEADLINE, kind, || entry.engine.start(start.clone())).await
+        let started = match within(START_DEADLINE, caller, kind, || {
+            entry.engine.start(start.clone())
+        })
+        .await
         {
             Ok(s) => s,
             Err(e) => {
@@ -233,9 +248,23 @@ impl FlowgateServer {
             }
             Waited::OutOfTime(None) => "the workflow did not finish within the synchronous wait",
         };
-        guard.disarm();
-        if entry.engine.cancel(execution).await.is_ok() {
-            audit::stopped(caller, name, &execution.0, "sync_wait");
+        // The stop must fit in what is left of the request: past that, the guard stops the
+        // execution in the background instead.
+        let left = caller.deadline().map_or(START_DEADLINE, |d| {
+            d.saturating_duration_since(tokio::time::Instant::now())
+                .saturating_sub(STOP_MARGIN)
+                .min(START_DEADLINE)
+        });
+        match tokio::time::timeout(left, entry.engine.cancel(execution)).await {
+            Ok(Ok(())) => {
+                guard.disarm();
+                audit::stopped(caller, name, &execution.0, "sync_wait");
+            }
+            Ok(Err(e)) => {
+                guard.disarm();
+                tracing::warn!(tool = %name, %execution, error = %e, "stopping the execution failed");
+            }
+            Err(_) => drop(guard),
         }
         let waited = began.elapsed().as_secs_f32().round();
         Ok(CallToolResult::error(vec![ContentBlock::text(format!(
@@ -244,6 +273,9 @@ impl FlowgateServer {
         ))]))
     }
 }
+
+/// What a synchronous call keeps of its deadline to answer after stopping its execution.
+const STOP_MARGIN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The core's `CallToolResult` JSON as rmcp's type.
 pub(crate) fn to_call_tool_result(result: Value) -> CallToolResult {

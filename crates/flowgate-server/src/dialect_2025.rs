@@ -67,8 +67,21 @@ impl Question {
     }
 }
 
-/// Where a transport sends the questions `tasks/result` asks while it holds.
-pub(crate) type Outbox<'a> = &'a (dyn Fn(Question) + Send + Sync);
+/// Where a transport sends the questions `tasks/result` asks while it holds, and how its
+/// hold may end.
+#[derive(Clone, Copy)]
+pub(crate) struct Outbox<'a> {
+    /// Sends one question to the client.
+    pub(crate) send: &'a (dyn Fn(Question) + Send + Sync),
+    /// The client resumes the request when it ends without an answer (an SSE stream with
+    /// event ids: the revision's resumable streams), so a hold that runs out of time (or
+    /// ends at a question) ends quietly with [`Handled::Paused`]; otherwise it answers with
+    /// an error that says to call again.
+    pub(crate) resumable: bool,
+    /// End the hold once it has sent questions: the platform delivers the body only when the
+    /// request ends (a buffered AWS Lambda response), and the client must see them to answer.
+    pub(crate) end_at_question: bool,
+}
 
 /// What the dialect made of a message it claimed.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +92,9 @@ pub(crate) enum Handled {
     Accepted,
     /// The caller went away before the answer was ready.
     Gone,
+    /// A resumable hold ended without the answer (out of time, or at a question the client
+    /// must see first): the transport ends the request, and the client resumes it.
+    Paused,
 }
 
 /// Whether the dialect answers `message` (else it is rmcp's).
@@ -129,10 +145,7 @@ pub(crate) async fn handle(
         "tasks/get" => get(server, caller, message).await,
         "tasks/cancel" => cancel(server, caller, message).await,
         "tasks/list" => list(server, caller, message).await,
-        "tasks/result" => match result(server, caller, message, outbox).await {
-            Some(answer) => answer,
-            None => return Handled::Gone,
-        },
+        "tasks/result" => return result(server, caller, message, outbox).await,
         other => Err(ErrorData::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
             other.to_owned(),
@@ -319,20 +332,25 @@ async fn list(
 /// `tasks/result`: held until the task ends, then its result or its error. With an `outbox`,
 /// each question the workflow asks meanwhile is sent as `elicitation/create`; without one the
 /// client answers questions with `tasks/update` (it sees them nowhere else, so in practice
-/// this holds until the task ends some other way). `None` when the caller went away.
+/// this holds until the task ends some other way). The hold takes one of the caller's hold
+/// slots (module `holds`) and ends before the caller's deadline (module `wait`).
 async fn result(
     server: &FlowgateServer,
     caller: &Caller,
     message: &Incoming,
     outbox: Option<Outbox<'_>>,
-) -> Option<Result<Value, ErrorData>> {
+) -> Handled {
     let task = match task_id(message) {
         Ok(task) => task,
-        Err(e) => return Some(Err(e)),
+        Err(e) => return Handled::Reply(Err(e)),
     };
     let (handle, entry) = match server.open(caller, &task) {
         Ok(opened) => opened,
-        Err(e) => return Some(Err(e)),
+        Err(e) => return Handled::Reply(Err(e)),
+    };
+    let _slot = match server.hold(caller) {
+        Ok(slot) => slot,
+        Err(limit) => return Handled::Reply(Err(crate::holds::too_many_holds(limit))),
     };
     let mut ask = |key: &str, request: &Value| {
         let Some(params) = v2025::elicitation(&task, request) else {
@@ -344,17 +362,21 @@ async fn result(
             caller.principal_key(),
         );
         if let Some(outbox) = outbox {
-            outbox(Question { id: sealed, params });
+            (outbox.send)(Question { id: sealed, params });
         }
     };
     let questions = match outbox {
-        Some(_) => Questions::Forward(&mut ask),
+        Some(outbox) => Questions::Forward {
+            ask: &mut ask,
+            then_end: outbox.end_at_question,
+        },
         None => Questions::Wait,
     };
     let waited = server
         .wait_until_finished(caller, &entry, &handle.execution, RESULT_HOLD, questions)
         .await;
-    Some(match waited {
+    let resumable = outbox.is_some_and(|o| o.resumable);
+    Handled::Reply(match waited {
         Waited::Finished(mut record) => {
             known_times(&mut record, &handle);
             let outcome = entry.project(&record).outcome;
@@ -364,8 +386,9 @@ async fn result(
                 None => Err(ErrorData::internal_error("the task did not end", None)),
             }
         }
-        Waited::Gone => return None,
+        Waited::Gone => return Handled::Gone,
         Waited::Failed(e) => Err(rpc_error(&entry.spec.name, &e)),
+        Waited::OutOfTime(_) | Waited::Asked if resumable => return Handled::Paused,
         Waited::OutOfTime(_) | Waited::Asked => Err(ErrorData::internal_error(
             "the task is still running; call tasks/result again",
             None,

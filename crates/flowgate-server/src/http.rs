@@ -20,7 +20,8 @@
 //! 5. `scopes`: a `tools/call` of a tool the caller's scopes do not allow gets 403 with the
 //!    identity's challenge (only when an identity is configured).
 //! 6. `dialect`: 2025-11-25 task requests are answered by `crate::dialect_2025`, after the
-//!    same `Host` and `Origin` checks as rmcp's (`origins::Guard`).
+//!    same `Host` and `Origin` checks as rmcp's (`origins::Guard`); a `GET` resuming a
+//!    `tasks/result` stream (`resume`) is one of them.
 //! 7. rmcp's `StreamableHttpService` (its `Host` and `Origin` checks, module `origins`, then
 //!    the JSON-RPC decoding and the protocol's header checks), which calls `crate::mcp`, the
 //!    `ServerHandler`, with the caller from the extensions.
@@ -35,6 +36,7 @@ mod observe;
 mod origins;
 mod parse;
 mod request_id;
+mod resume;
 mod scopes;
 
 pub use identity::{GoogleCredential, GoogleIdentity};
@@ -71,6 +73,11 @@ pub struct HttpOptions {
     /// identity that publishes resource metadata, OAuth's, has it served). `None`: callers are
     /// anonymous.
     pub identity: Option<Arc<dyn Identity>>,
+    /// The platform delivers a response body only when the request ends (an AWS Lambda
+    /// function answering buffered: API Gateway, an ALB, a Function URL in `BUFFERED` mode).
+    /// A 2025-11-25 `tasks/result` stream then ends as soon as it has sent a question, so the
+    /// client sees it, answers and resumes the stream.
+    pub buffered_responses: bool,
 }
 
 /// When the platform ends a request (the AWS Lambda invocation's deadline, say). An outer
@@ -114,6 +121,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     let dialect = dialect::Dialect {
         server: server.clone(),
         guard: Arc::new(guard),
+        buffered: options.buffered_responses,
     };
     let mut mcp =
         Router::new()
@@ -206,6 +214,10 @@ mod tests {
                     None => Err(Refused::missing("no caller")),
                     Some("bad") => Err(Refused::invalid("a bad credential")),
                     Some("down") => Err(Refused::unavailable("no keys")),
+                    Some("down-for-a-while") => {
+                        Err(Refused::unavailable("no keys")
+                            .retry_after(Duration::from_millis(119_200)))
+                    }
                     Some(who) => Ok(Authenticated {
                         principal: Principal {
                             issuer: "test".into(),
@@ -226,9 +238,21 @@ mod tests {
     }
 
     fn app(identity: Option<Arc<dyn Identity>>) -> Router {
+        app_with(
+            ServerOptions::default(),
+            HttpOptions {
+                identity,
+                ..HttpOptions::default()
+            },
+        )
+        .0
+    }
+
+    /// The router with `options`, and its engine.
+    fn app_with(options: ServerOptions, http: HttpOptions) -> (Router, FakeEngine) {
         let engine = FakeEngine::new();
         let mut registry = flowgate_core::Registry::new();
-        register(&mut registry, engine);
+        register(&mut registry, engine.clone());
         let manifest = flowgate_manifest::parse_str(
             "tools:\n  - name: open\n    target: { engine: fake }\n  - name: deploy\n    scopes: [deploy]\n    target: { engine: fake }\n",
             Path::new("m.yaml"),
@@ -236,14 +260,8 @@ mod tests {
         .expect("manifest");
         let tools = ToolSet::build(&manifest, &registry).expect("tools");
         let keys = Keyring::new(HandleKey::random("k").expect("key"), vec![]);
-        let server = FlowgateServer::new(tools, keys, ServerOptions::default());
-        router(
-            server,
-            HttpOptions {
-                identity,
-                ..HttpOptions::default()
-            },
-        )
+        let server = FlowgateServer::new(tools, keys, options);
+        (router(server, http), engine)
     }
 
     /// A 2026-07-28 request to `/mcp` (`tasks`: whether the client declares the extension).
@@ -323,6 +341,15 @@ mod tests {
             Some(&b"5"[..])
         );
         assert_eq!(body["error"], "temporarily_unavailable");
+        // When the identity knows when it tries again, the client is told (rounded up).
+        let later = [("x-test-caller", "down-for-a-while")];
+        let (status, headers, _) =
+            answer(&app, request("tools/list", json!({}), true, &later)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            headers.get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"120"[..])
+        );
 
         // Carol lacks `deploy`: the tool is not listed, and a call is 403 with the challenge.
         let carol = [("x-test-caller", "carol")];
@@ -376,5 +403,191 @@ mod tests {
         assert_eq!(body["result"]["isError"], true, "{body}");
         let text = body["result"]["content"][0]["text"].as_str().unwrap_or("");
         assert!(text.contains("before this request's deadline"), "{text}");
+    }
+
+    /// A 2025-11-25 request to `/mcp`.
+    fn request_2025(method: &str, id: u32, params: Value) -> Request<Body> {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        Request::post("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(Body::from(body.to_string()))
+            .expect("request")
+    }
+
+    /// A 2025-11-25 task of `script` on the `open` tool; its id.
+    async fn task_2025(app: &Router, script: Value) -> String {
+        let call = json!({"name": "open", "arguments": {"script": script}, "task": {}});
+        let (_, _, body) = answer(app, request_2025("tools/call", 1, call)).await;
+        body["result"]["task"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a task: {body}"))
+            .to_owned()
+    }
+
+    /// Reads `body` until it ends (or `within` passes: then panics); the text.
+    async fn to_end(response: axum::response::Response, within: Duration) -> String {
+        let bytes =
+            tokio::time::timeout(within, axum::body::to_bytes(response.into_body(), 1 << 20))
+                .await
+                .expect("the stream ended in time")
+                .expect("body");
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// How many engine reads happen in `span`, waited out.
+    async fn reads_during(engine: &FakeEngine, span: Duration) -> usize {
+        let before = engine.read_count();
+        tokio::time::sleep(span).await;
+        engine.read_count() - before
+    }
+
+    #[tokio::test]
+    async fn a_tasks_result_stream_ends_before_the_deadline_and_a_get_resumes_it() {
+        let (app, _) = app_with(ServerOptions::default(), HttpOptions::default());
+        let task = task_2025(&app, json!([{"work": 2_500}, {"succeed": 7}])).await;
+        let mut held = request_2025("tasks/result", 41, json!({"taskId": task}));
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(2_800);
+        held.extensions_mut().insert(Deadline(deadline));
+        let response = app.clone().oneshot(held).await.expect("answer");
+        let first = to_end(response, Duration::from_secs(10)).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ended before the deadline"
+        );
+        assert!(
+            first.starts_with("id: fgr1."),
+            "a priming event first: {first}"
+        );
+        assert!(first.contains("retry: 500"), "{first}");
+        assert!(!first.contains("\"result\""), "no answer yet: {first}");
+        let id = first
+            .lines()
+            .find_map(|l| l.strip_prefix("id: "))
+            .expect("an event id")
+            .to_owned();
+        let resume = Request::get("/mcp")
+            .header("host", "127.0.0.1")
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("last-event-id", &id)
+            .body(Body::empty())
+            .expect("request");
+        let response = app.clone().oneshot(resume).await.expect("answer");
+        let rest = to_end(response, Duration::from_secs(10)).await;
+        let answer: Value = rest
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .next_back()
+            .unwrap_or(Value::Null);
+        assert_eq!(answer["id"], 41, "the original request id: {rest}");
+        assert_eq!(answer["result"]["content"][0]["text"], "7", "{rest}");
+        assert!(rest.contains(&format!("id: {id}")), "{rest}");
+    }
+
+    #[tokio::test]
+    async fn a_buffered_platforms_tasks_result_ends_at_the_question() {
+        let http = HttpOptions {
+            buffered_responses: true,
+            ..HttpOptions::default()
+        };
+        let (app, _) = app_with(ServerOptions::default(), http);
+        let task = task_2025(&app, json!([{"ask": "Go?"}, {"succeed": 1}])).await;
+        let held = request_2025("tasks/result", 5, json!({"taskId": task}));
+        let response = app.clone().oneshot(held).await.expect("answer");
+        let body = to_end(response, Duration::from_secs(10)).await;
+        assert!(
+            body.contains("elicitation/create") && body.contains("Go?"),
+            "{body}"
+        );
+        assert!(!body.contains("\"result\""), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_hold_whose_client_hung_up_reads_the_engine_no_more() {
+        let (app, engine) = app_with(ServerOptions::default(), HttpOptions::default());
+        // A tasks/result stream, dropped after its first event.
+        let task = task_2025(&app, json!([{"work": 600_000}])).await;
+        let held = request_2025("tasks/result", 2, json!({"taskId": task}));
+        let response = app.clone().oneshot(held).await.expect("answer");
+        let mut body = response.into_body().into_data_stream();
+        futures::StreamExt::next(&mut body).await;
+        assert!(
+            reads_during(&engine, Duration::from_millis(700)).await > 0,
+            "it polls while held"
+        );
+        drop(body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            reads_during(&engine, Duration::from_millis(900)).await,
+            0,
+            "tasks/result"
+        );
+
+        // A synchronous call (a client without tasks), whose request is dropped mid-wait.
+        let call = json!({"name": "open", "arguments": {"script": [{"work": 600_000}]}});
+        let waiting = tokio::spawn(app.clone().oneshot(request("tools/call", call, false, &[])));
+        assert!(
+            reads_during(&engine, Duration::from_millis(700)).await > 0,
+            "it polls while held"
+        );
+        waiting.abort();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            reads_during(&engine, Duration::from_millis(900)).await,
+            0,
+            "synchronous call"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_principal_holds_at_most_its_cap_and_is_told_what_to_do() {
+        let options = ServerOptions {
+            max_holds_per_caller: 1,
+            ..ServerOptions::default()
+        };
+        let (app, engine) = app_with(options, HttpOptions::default());
+        let task = task_2025(&app, json!([{"work": 600_000}])).await;
+        let held = app
+            .clone()
+            .oneshot(request_2025("tasks/result", 2, json!({"taskId": task})))
+            .await
+            .expect("answer");
+        let mut stream = held.into_body().into_data_stream();
+        futures::StreamExt::next(&mut stream).await;
+        // Its hold has begun once it reads the engine.
+        let before = engine.read_count();
+        while engine.read_count() == before {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        let mut again = request_2025("tasks/result", 3, json!({"taskId": task}));
+        again
+            .headers_mut()
+            .insert("accept", "application/json".parse().expect("value"));
+        let (_, _, refused) = answer(&app, again).await;
+        assert_eq!(refused["error"]["code"], -32000, "{refused}");
+        assert_eq!(refused["error"]["data"]["limit"], 1, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("tasks/get"), "says what to do: {message}");
+
+        let runs = engine.execution_count();
+        let call = json!({"name": "open", "arguments": {"script": [{"succeed": 1}]}});
+        let (_, _, body) = answer(&app, request("tools/call", call.clone(), false, &[])).await;
+        assert_eq!(body["result"]["isError"], true, "{body}");
+        let text = body["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("nothing was started"), "{text}");
+        assert_eq!(engine.execution_count(), runs, "nothing was started");
+
+        // The held stream ends: its slot comes back.
+        drop(stream);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (_, _, body) = answer(&app, request("tools/call", call, false, &[])).await;
+        assert_eq!(body["result"]["content"][0]["text"], "1", "{body}");
     }
 }

@@ -27,6 +27,7 @@ mod calls;
 mod dialect_2025;
 mod errors;
 mod hang_up;
+mod holds;
 pub mod http;
 mod jsonrpc;
 mod mcp;
@@ -42,7 +43,7 @@ mod wait;
 
 pub use caller::Caller;
 pub use flowgate_auth::principal::ANONYMOUS;
-pub use server::{FlowgateServer, ServerOptions};
+pub use server::{DEFAULT_MAX_HOLDS_PER_CALLER, FlowgateServer, ServerOptions};
 pub use tools::{ToolEntry, ToolSet};
 
 #[cfg(test)]
@@ -53,7 +54,8 @@ mod layering {
     use std::path::Path;
 
     /// The module each root re-export comes from.
-    const REEXPORTS: [(&str, &str); 5] = [
+    const REEXPORTS: [(&str, &str); 6] = [
+        ("DEFAULT_MAX_HOLDS_PER_CALLER", "server"),
         ("Caller", "caller"),
         ("FlowgateServer", "server"),
         ("ServerOptions", "server"),

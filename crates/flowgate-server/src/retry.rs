@@ -1,10 +1,17 @@
 //! Retrying engine calls that failed for a passing reason (throttled, unreachable), with
 //! exponential backoff. Adapters only classify errors; this is the one place that retries.
+//!
+//! Every engine call a request makes is bounded twice: by its own deadline ([`READ_DEADLINE`],
+//! [`START_DEADLINE`]) and by the request's ([`Caller::bound`]: the platform's deadline less
+//! the margin to answer), whichever comes first. A call cut short by the request's deadline is
+//! a `Timeout` like any other: the start may have happened, the read is retried by the client.
 
 use std::future::Future;
 use std::time::Duration;
 
 use flowgate_core::EngineError;
+
+use crate::Caller;
 
 /// Attempts per call, including the first.
 const ATTEMPTS: u32 = 3;
@@ -26,9 +33,11 @@ where
     attempts(call, true).await
 }
 
-/// [`retrying`] within `deadline`: past it, a `Timeout` (the call may have taken effect).
+/// [`retrying`] within `deadline` and the caller's own deadline: past either, a `Timeout`
+/// (the call may have taken effect).
 pub(crate) async fn within<T, F, Fut>(
     deadline: Duration,
+    caller: &Caller,
     engine: &'static str,
     call: F,
 ) -> Result<T, EngineError>
@@ -36,18 +45,22 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, EngineError>>,
 {
-    timed(deadline, engine, attempts(call, true)).await
+    timed(caller.bound(deadline), engine, attempts(call, true)).await
 }
 
-/// A read (`tasks/get`) within [`READ_DEADLINE`]. A throttled read is not retried: the
-/// account's quota is spent, and another call now would only spend the next token; the caller
-/// reports the task as it stands and asks the client to come back later.
-pub(crate) async fn reading<T, F, Fut>(engine: &'static str, call: F) -> Result<T, EngineError>
+/// A read (`tasks/get`) within [`READ_DEADLINE`] and the caller's deadline. A throttled read
+/// is not retried: the account's quota is spent, and another call now would only spend the
+/// next token; the caller reports the task as it stands and asks the client to come back later.
+pub(crate) async fn reading<T, F, Fut>(
+    caller: &Caller,
+    engine: &'static str,
+    call: F,
+) -> Result<T, EngineError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, EngineError>>,
 {
-    timed(READ_DEADLINE, engine, attempts(call, false)).await
+    timed(caller.bound(READ_DEADLINE), engine, attempts(call, false)).await
 }
 
 async fn timed<T>(
@@ -59,7 +72,10 @@ async fn timed<T>(
         Ok(result) => result,
         Err(_) => Err(EngineError::Timeout {
             engine,
-            message: format!("the engine did not answer within {} s", deadline.as_secs()),
+            message: format!(
+                "the engine did not answer within {:.1} s",
+                deadline.as_secs_f32()
+            ),
         }),
     }
 }
@@ -132,7 +148,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn reads_are_not_retried_when_throttled_and_end_by_the_deadline() {
         let calls = AtomicU32::new(0);
-        let r: Result<(), _> = reading("x", || async {
+        let caller = Caller::anonymous("r");
+        let r: Result<(), _> = reading(&caller, "x", || async {
             calls.fetch_add(1, Ordering::SeqCst);
             Err(EngineError::Throttled {
                 engine: "x",
@@ -142,10 +159,33 @@ mod tests {
         .await;
         assert!(matches!(r, Err(EngineError::Throttled { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        let hung: Result<(), _> = reading("x", std::future::pending).await;
+        let hung: Result<(), _> = reading(&caller, "x", std::future::pending).await;
         assert!(matches!(hung, Err(EngineError::Timeout { .. })), "{hung:?}");
-        let slow: Result<(), _> = within(START_DEADLINE, "x", std::future::pending).await;
+        let slow: Result<(), _> = within(START_DEADLINE, &caller, "x", std::future::pending).await;
         assert!(matches!(slow, Err(EngineError::Timeout { .. })), "{slow:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn engine_calls_end_before_the_callers_deadline() {
+        let now = tokio::time::Instant::now();
+        let caller = Caller::anonymous("r").with_deadline(Some(now + Duration::from_millis(5_000)));
+        let slow: Result<(), _> = within(START_DEADLINE, &caller, "x", std::future::pending).await;
+        assert!(matches!(slow, Err(EngineError::Timeout { .. })), "{slow:?}");
+        assert_eq!(
+            now.elapsed(),
+            Duration::from_millis(3_000),
+            "the deadline less the margin"
+        );
+        let now = tokio::time::Instant::now();
+        let hung: Result<(), _> = reading(&caller, "x", std::future::pending).await;
+        assert!(matches!(hung, Err(EngineError::Timeout { .. })), "{hung:?}");
+        assert_eq!(now.elapsed(), Duration::ZERO, "past the margin: at once");
+        // A later deadline leaves the call's own.
+        let now = tokio::time::Instant::now();
+        let caller = Caller::anonymous("r").with_deadline(Some(now + Duration::from_secs(600)));
+        let hung: Result<(), _> = reading(&caller, "x", std::future::pending).await;
+        assert!(matches!(hung, Err(EngineError::Timeout { .. })), "{hung:?}");
+        assert_eq!(now.elapsed(), READ_DEADLINE);
     }
 
     #[tokio::test(start_paused = true)]

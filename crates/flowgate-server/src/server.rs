@@ -10,6 +10,7 @@ use std::time::Duration;
 use flowgate_core::handle::Keyring;
 use rmcp::model::{Implementation, ServerCapabilities, ServerConfig, Tool};
 
+use crate::holds::Holds;
 use crate::{Caller, ToolEntry, ToolSet};
 
 /// Server behaviour that is not per tool.
@@ -17,12 +18,19 @@ use crate::{Caller, ToolEntry, ToolSet};
 pub struct ServerOptions {
     /// How long a call waits for its execution when the client cannot take a task.
     pub sync_wait: Duration,
+    /// How many requests one principal may hold open at once (`tasks/result` holds and
+    /// synchronous calls): one more is refused (module `holds`).
+    pub max_holds_per_caller: usize,
 }
+
+/// The default of [`ServerOptions::max_holds_per_caller`].
+pub const DEFAULT_MAX_HOLDS_PER_CALLER: usize = 10;
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             sync_wait: Duration::from_secs(60),
+            max_holds_per_caller: DEFAULT_MAX_HOLDS_PER_CALLER,
         }
     }
 }
@@ -44,6 +52,8 @@ pub(crate) struct Inner {
     pub(crate) keys: Keyring,
     pub(crate) options: ServerOptions,
     pub(crate) info: ServerConfig,
+    /// The requests each principal holds open now.
+    pub(crate) holds: Holds,
 }
 
 impl FlowgateServer {
@@ -67,8 +77,17 @@ impl FlowgateServer {
                 keys,
                 options,
                 info,
+                holds: Holds::default(),
             }),
         }
+    }
+
+    /// A hold slot for `caller` (module `holds`), or `Err(limit)` when it already holds the
+    /// most it may.
+    pub(crate) fn hold(&self, caller: &Caller) -> Result<crate::holds::HoldSlot, usize> {
+        self.inner
+            .holds
+            .take(caller, self.inner.options.max_holds_per_caller)
     }
 
     /// What the server says about itself in `initialize` and `server/discover`.

@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::dialect_2025::{self, Handled, Question, V2025};
+use crate::dialect_2025::{self, Handled, Outbox, Question, V2025};
 use crate::jsonrpc::Incoming;
 use crate::mcp::McpService;
 use crate::{Caller, FlowgateServer};
@@ -85,9 +85,9 @@ pub async fn serve(server: FlowgateServer) -> Result<(), Box<dyn std::error::Err
 /// The caller of a request rmcp routes on stdio: nobody authenticated, its JSON-RPC id, gone
 /// when the client cancels the request, traced in the span its line began.
 fn caller_of(session: &Session, ctx: &RequestContext<RoleServer>) -> Caller {
-    let id = id_text(&serde_json::to_value(&ctx.id).unwrap_or_default());
-    let span = session.span_of(&id);
-    Caller::anonymous(id)
+    let id = serde_json::to_value(&ctx.id).unwrap_or_default();
+    let span = session.span_of(&id_key(&id));
+    Caller::anonymous(id_text(&id))
         .with_gone(ctx.ct.clone())
         .with_span(span)
 }
@@ -118,23 +118,30 @@ fn observe(message: &Incoming) -> Option<flowgate_telemetry::Request> {
 fn ended(message: &ServerJsonRpcMessage) -> Option<(String, flowgate_telemetry::Ended)> {
     match message {
         ServerJsonRpcMessage::Response(response) => Some((
-            id_text(&serde_json::to_value(&response.id).ok()?),
+            id_key(&serde_json::to_value(&response.id).ok()?),
             flowgate_telemetry::Ended::Ok,
         )),
         ServerJsonRpcMessage::Error(error) => Some((
-            id_text(&serde_json::to_value(error.id.as_ref()?).ok()?),
+            id_key(&serde_json::to_value(error.id.as_ref()?).ok()?),
             flowgate_telemetry::Ended::Error(i64::from(error.error.code.0)),
         )),
         _ => None,
     }
 }
 
-/// A JSON-RPC id as the request id of log lines: a string as it is, a number in decimal.
+/// A JSON-RPC id as the request id of log lines: a number in decimal, a string as it is when
+/// it is a short token (else a fresh id, as on HTTP).
 fn id_text(id: &Value) -> String {
     match id {
-        Value::String(s) => s.clone(),
+        Value::String(s) => crate::caller::request_id(Some(s)),
         other => other.to_string(),
     }
+}
+
+/// A JSON-RPC id as the key of the session's maps: exact (`"1"` and `1` differ), unlike
+/// [`id_text`], which replaces an id that is no token.
+fn id_key(id: &Value) -> String {
+    id.to_string()
 }
 
 /// What one stdio session knows: the revision its `initialize` settled on, and the dialect
@@ -198,21 +205,21 @@ impl Route {
     fn dialect(&self, message: Incoming) -> Option<Incoming> {
         if message.method() == "notifications/cancelled"
             && let Some(id) = message.params.get("requestId")
-            && let Some(flight) = self.session.flights().remove(&id_text(id))
+            && let Some(flight) = self.session.flights().remove(&id_key(id))
         {
             flight.cancel();
         }
         if message.method() == "initialize" || !dialect_2025::claims(&self.server, &message) {
             return Some(message);
         }
-        let id = message.id.as_ref().map(id_text).unwrap_or_default();
+        let id = message.id.as_ref().map(id_key).unwrap_or_default();
         let gone = self.session.closed.child_token();
         self.session.flights().insert(id.clone(), gone.clone());
         let observed = observe(&message);
         let span = observed
             .as_ref()
             .map_or_else(tracing::Span::none, |r| r.span().clone());
-        let caller = Caller::anonymous(id.clone())
+        let caller = Caller::anonymous(message.id.as_ref().map(id_text).unwrap_or_default())
             .with_gone(gone)
             .with_span(span.clone());
         let (server, session, out) = (
@@ -229,7 +236,14 @@ impl Route {
                     id,
                 ));
             };
-            let handled = dialect_2025::handle(&server, &caller, &message, Some(&ask))
+            // stdio has no deadline and cannot resume a request: a hold that runs out answers
+            // with an error saying to call again.
+            let outbox = Outbox {
+                send: &ask,
+                resumable: false,
+                end_at_question: false,
+            };
+            let handled = dialect_2025::handle(&server, &caller, &message, Some(outbox))
                 .instrument(span)
                 .await;
             session.flights().remove(&id);
@@ -297,7 +311,7 @@ where
                                 // A request rmcp serves: observed until its answer goes out.
                                 if let (Some(observed), Some(id)) = (observe(&message), &message.id)
                                 {
-                                    route.session.observed().insert(id_text(id), observed);
+                                    route.session.observed().insert(id_key(id), observed);
                                 }
                                 true
                             }

@@ -84,7 +84,7 @@ impl FlowgateServer {
         let (handle, entry) = self.open(caller, task_id)?;
         let how = &entry.presentation;
         let kind = entry.engine.kind();
-        let wire = match reading(kind, || entry.engine.get(&handle.execution)).await {
+        let wire = match reading(caller, kind, || entry.engine.get(&handle.execution)).await {
             Ok(mut record) => {
                 known_times(&mut record, &handle);
                 if record.state.is_terminal() {
@@ -153,12 +153,12 @@ impl FlowgateServer {
         // The questions' schemas live in the engine's record: read it once, check every answer
         // against it, and deliver only when all of them are sound.
         let kind = entry.engine.kind();
-        let record = reading(kind, || entry.engine.get(&handle.execution))
+        let record = reading(caller, kind, || entry.engine.get(&handle.execution))
             .await
             .map_err(|e| rpc_error(&entry.spec.name, &e))?;
         let mut delivered = serde_json::Map::new();
         for (key, response) in answers::checked(&record, responses)? {
-            match within(START_DEADLINE, kind, || {
+            match within(START_DEADLINE, caller, kind, || {
                 entry
                     .engine
                     .respond(&handle.execution, &key, response.clone())
@@ -191,7 +191,7 @@ impl FlowgateServer {
         task_id: &str,
     ) -> Result<(), ErrorData> {
         let (handle, entry) = self.open(caller, task_id)?;
-        within(START_DEADLINE, entry.engine.kind(), || {
+        within(START_DEADLINE, caller, entry.engine.kind(), || {
             entry.engine.cancel(&handle.execution)
         })
         .await
@@ -213,8 +213,10 @@ impl FlowgateServer {
                 continue;
             }
             let filter = ListFilter::for_principal(tag.clone(), Some(limit));
-            let listed = match reading(entry.engine.kind(), || entry.engine.list(filter.clone()))
-                .await
+            let listed = match reading(caller, entry.engine.kind(), || {
+                entry.engine.list(filter.clone())
+            })
+            .await
             {
                 Ok(listed) => listed,
                 Err(e) => {

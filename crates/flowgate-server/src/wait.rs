@@ -5,9 +5,10 @@
 //! One loop for both. It reads the engine as a polling client would be told to (the tool's
 //! interval, at most [`POLL_CAP`] apart, but never faster than the engine's pacing, the
 //! record's own minimum or a throttle's `Retry-After`), and stops at the first of: the end of
-//! the execution, a question the caller cannot answer, the hold running out, the caller's
-//! deadline (less [`DEADLINE_MARGIN`], so the answer still reaches it), or the caller going
-//! away ([`Caller::gone`]).
+//! the execution, a question the caller cannot answer (or, where the platform delivers a body
+//! only when the request ends, the first question sent), the hold running out, the caller's
+//! deadline (less [`crate::caller::DEADLINE_MARGIN`], so the answer still reaches it), or the caller going
+//! away ([`Caller::gone`]): the moment it is gone, no engine read is made.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -23,9 +24,6 @@ use crate::{Caller, FlowgateServer, ToolEntry, audit};
 /// The longest a wait sleeps between two reads when the tool's interval is longer (a waiting
 /// caller learns of the end quickly).
 pub(crate) const POLL_CAP: Duration = Duration::from_millis(250);
-/// How long before the caller's deadline a wait gives up, leaving time to answer (and to stop
-/// the execution of a synchronous call).
-pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 
 /// What a wait does with the questions the execution asks.
 pub(crate) enum Questions<'a> {
@@ -33,9 +31,13 @@ pub(crate) enum Questions<'a> {
     Stop,
     /// The caller answers them elsewhere (`tasks/update`): keep waiting.
     Wait,
-    /// Each question not sent before goes to this (its key and its `{method, params}`
-    /// elicitation request), and the wait goes on.
-    Forward(&'a mut (dyn FnMut(&str, &Value) + Send)),
+    /// Each question not sent before goes to `ask` (its key and its `{method, params}`
+    /// elicitation request), and the wait goes on; with `then_end`, the wait ends once it has
+    /// sent some ([`Waited::Asked`]): the transport delivers them only when the request ends.
+    Forward {
+        ask: &'a mut (dyn FnMut(&str, &Value) + Send),
+        then_end: bool,
+    },
 }
 
 /// How a wait ended.
@@ -43,7 +45,8 @@ pub(crate) enum Questions<'a> {
 pub(crate) enum Waited {
     /// The execution ended; its last record.
     Finished(ExecutionRecord),
-    /// It asked a question, and the caller cannot answer one ([`Questions::Stop`]).
+    /// It asked a question, and the caller cannot answer one ([`Questions::Stop`]), or
+    /// the questions were sent and the request must end for them to arrive.
     Asked,
     /// The hold or the caller's deadline came first; the last passing engine fault, if the
     /// last read failed with one.
@@ -66,8 +69,8 @@ impl FlowgateServer {
         mut questions: Questions<'_>,
     ) -> Waited {
         let mut end = Instant::now() + hold;
-        if let Some(deadline) = caller.deadline() {
-            end = end.min(deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(deadline));
+        if let Some(by) = caller.answer_by() {
+            end = end.min(by);
         }
         let kind = entry.engine.kind();
         let floor = Duration::from_millis(entry.presentation.poll_interval_ms).min(POLL_CAP);
@@ -76,7 +79,7 @@ impl FlowgateServer {
             let read = tokio::select! {
                 biased;
                 () = caller.gone() => return Waited::Gone,
-                read = reading(kind, || entry.engine.get(execution)) => read,
+                read = reading(caller, kind, || entry.engine.get(execution)) => read,
             };
             let mut last_error = None;
             let mut pause = floor.max(entry.engine.pacing().unwrap_or_default());
@@ -93,11 +96,16 @@ impl FlowgateServer {
                         match &mut questions {
                             Questions::Stop => return Waited::Asked,
                             Questions::Wait => {}
-                            Questions::Forward(ask) => {
+                            Questions::Forward { ask, then_end } => {
+                                let mut sent = false;
                                 for (key, request) in &open {
                                     if asked.insert(key.clone()) {
                                         ask(key, request);
+                                        sent = true;
                                     }
+                                }
+                                if sent && *then_end {
+                                    return Waited::Asked;
                                 }
                             }
                         }
@@ -140,6 +148,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
+    use crate::caller::DEADLINE_MARGIN;
     use crate::{ServerOptions, ToolSet};
 
     async fn running(script: Value) -> (FlowgateServer, FakeEngine, Started) {
@@ -207,7 +216,10 @@ mod tests {
             &entry,
             &started.execution,
             Duration::from_secs(10),
-            Questions::Forward(&mut forward),
+            Questions::Forward {
+                ask: &mut forward,
+                then_end: false,
+            },
         );
         let answering = async {
             // Answer the question once the wait has forwarded it; the wait goes on to the end.

@@ -91,6 +91,10 @@ pub(crate) struct ServeArgs {
     /// Seconds a call waits for its result when the client cannot take a task.
     #[arg(long, env = env_vars::SYNC_WAIT_SECS, default_value_t = 60)]
     pub(crate) sync_wait_secs: u64,
+    /// How many requests one caller may have waiting at once on this server (tasks/result
+    /// holds and synchronous calls); one more is refused at once.
+    #[arg(long, env = env_vars::MAX_HOLDS_PER_CALLER, default_value_t = flowgate_server::DEFAULT_MAX_HOLDS_PER_CALLER, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    pub(crate) max_holds_per_caller: usize,
     /// Who vouches for callers on `/mcp` [default: oauth when --auth-issuer is given]:
     /// `oauth` (JWT access tokens of --auth-issuer for --auth-resource); on AWS Lambda,
     /// `aws-iam` (Function URL AuthType AWS_IAM), `apigw-jwt` (HTTP API JWT authorizer),

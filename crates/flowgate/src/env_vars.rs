@@ -26,6 +26,10 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         SYNC_WAIT_SECS,
         "the longest synchronous wait for clients without tasks",
     ),
+    (
+        MAX_HOLDS_PER_CALLER,
+        "how many tasks/result holds and synchronous calls one caller may have waiting at once",
+    ),
     (HANDLE_KEYS, "handle keys: kid:base64key[,kid:base64key...]"),
     (
         HANDLE_KEYS_FILE,
@@ -157,6 +161,7 @@ pub(crate) const ALLOWED_HOSTS: &str = "FLOWGATE_ALLOWED_HOSTS";
 pub(crate) const ALLOWED_ORIGINS: &str = "FLOWGATE_ALLOWED_ORIGINS";
 pub(crate) const STATE_DIR: &str = "FLOWGATE_STATE_DIR";
 pub(crate) const SYNC_WAIT_SECS: &str = "FLOWGATE_SYNC_WAIT_SECS";
+pub(crate) const MAX_HOLDS_PER_CALLER: &str = "FLOWGATE_MAX_HOLDS_PER_CALLER";
 pub(crate) const HANDLE_KEYS: &str = "FLOWGATE_HANDLE_KEYS";
 pub(crate) const HANDLE_KEYS_FILE: &str = "FLOWGATE_HANDLE_KEYS_FILE";
 pub(crate) const HANDLE_KEYS_SSM: &str = "FLOWGATE_HANDLE_KEYS_SSM";

@@ -44,7 +44,7 @@ pub(crate) fn ask(args: AskArgs) -> ExitCode {
                 },
                 None => answer.to_string(),
             };
-            println!("{shown}");
+            crate::out!("{shown}");
             ExitCode::SUCCESS
         }
         Err(e) => {

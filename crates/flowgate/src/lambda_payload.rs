@@ -45,6 +45,11 @@ impl InvokeMode {
         }
     }
 
+    /// Whether the client gets the body only when the invocation ends.
+    pub(crate) fn is_buffered(self) -> bool {
+        self == InvokeMode::Buffered
+    }
+
     /// The largest answer this mode carries, in the bytes it counts.
     pub(crate) fn limit(self) -> usize {
         match self {

@@ -1,10 +1,21 @@
 //! The `flowgate` command: serve a manifest over MCP, check or list a manifest, and the helpers
 //! (`ask`, `status`) that commands run by the local engine call.
 
+use clap::Parser;
+
+/// Prints a line of a command's output on stdout. A reader that went away (`flowgate policy |
+/// head`) ends the output quietly instead of panicking as `println!` does on a broken pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+pub(crate) use out;
+
 mod auth;
 mod cli;
 mod env_vars;
-mod held_result;
 mod helpers;
 mod keys;
 #[cfg(feature = "lambda")]
@@ -18,8 +29,6 @@ mod reload;
 mod serve;
 mod setup;
 mod telemetry;
-
-use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     // Lambda starts a custom runtime's `bootstrap` without arguments: that means `serve`.
@@ -37,7 +46,7 @@ fn main() -> std::process::ExitCode {
         cli::Command::Policy { manifest } => policy::print(&manifest),
         cli::Command::Env => {
             for (name, what) in env_vars::ENV_VARS {
-                println!("{name:<30} {what}");
+                out!("{name:<30} {what}");
             }
             std::process::ExitCode::SUCCESS
         }

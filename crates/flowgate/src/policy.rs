@@ -94,7 +94,7 @@ pub(crate) fn print(path: &Path) -> ExitCode {
     let result = setup::load(Some(path)).and_then(|m| permissions(&m).map_err(|e| vec![e]));
     match result {
         Ok(out) => {
-            println!(
+            crate::out!(
                 "{}",
                 serde_json::to_string_pretty(&Value::Object(out)).unwrap_or_default()
             );

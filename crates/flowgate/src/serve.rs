@@ -154,6 +154,7 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
     };
     let options = ServerOptions {
         sync_wait: sync_wait_within(Duration::from_secs(args.sync_wait_secs), request_timeout),
+        max_holds_per_caller: args.max_holds_per_caller,
     };
     let tool_count = tools.iter().count();
     if let Some(metrics) = flowgate_telemetry::metrics::get() {
@@ -221,6 +222,13 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
         };
     }
     let shutdown = CancellationToken::new();
+    let invoke_mode = match lambda.then(lambda_invoke_mode).transpose() {
+        Ok(mode) => mode,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let app = router(
         server,
         HttpOptions {
@@ -228,28 +236,23 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
             allowed_origins,
             shutdown: shutdown.clone(),
             identity,
+            buffered_responses: invoke_mode.is_some_and(LambdaMode::is_buffered),
         },
     );
-    if lambda {
+    if let Some(mode) = invoke_mode {
         let app = match traces {
             Some(traces) => telemetry::flush_after_each_request(app, traces),
             None => app,
         };
-        return serve_lambda(app, tool_count).await;
+        return serve_lambda(app, mode, tool_count).await;
     }
-    // Cloud Run ends a request after the service's timeoutSeconds: holds end before it.
+    // Cloud Run ends a request after the service's timeoutSeconds: every wait of a request
+    // (a synchronous call, a tasks/result hold, an engine call) ends before it.
     let app = match request_timeout {
-        Some(timeout) => app
-            .layer(axum::middleware::from_fn_with_state(
-                crate::held_result::HoldPolicy {
-                    end_at_question: false,
-                },
-                crate::held_result::hold_within_deadline,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                crate::platform_deadline::DeadlineSource::RequestTimeout(timeout),
-                crate::platform_deadline::with_deadline,
-            )),
+        Some(timeout) => app.layer(axum::middleware::from_fn_with_state(
+            crate::platform_deadline::DeadlineSource::RequestTimeout(timeout),
+            crate::platform_deadline::with_deadline,
+        )),
         None => app,
     };
     let listener = match tokio::net::TcpListener::bind(&listen).await {
@@ -292,29 +295,42 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
     }
 }
 
+/// How the Lambda function's answers reach clients.
 #[cfg(feature = "lambda")]
-async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
+type LambdaMode = crate::lambda_payload::InvokeMode;
+
+/// Without Lambda support there is no mode (serving Lambda fails in [`serve_lambda`]).
+#[cfg(not(feature = "lambda"))]
+#[derive(Debug, Clone, Copy)]
+struct LambdaMode;
+
+#[cfg(not(feature = "lambda"))]
+impl LambdaMode {
+    fn is_buffered(self) -> bool {
+        false
+    }
+}
+
+/// The invoke mode `FLOWGATE_LAMBDA_INVOKE_MODE` names (checked at start).
+#[cfg(feature = "lambda")]
+fn lambda_invoke_mode() -> Result<LambdaMode, String> {
+    LambdaMode::parse(std::env::var(env_vars::LAMBDA_INVOKE_MODE).ok().as_deref())
+}
+
+#[cfg(not(feature = "lambda"))]
+fn lambda_invoke_mode() -> Result<LambdaMode, String> {
+    Ok(LambdaMode)
+}
+
+#[cfg(feature = "lambda")]
+async fn serve_lambda(app: axum::Router, mode: LambdaMode, tool_count: usize) -> ExitCode {
     use crate::lambda_payload::{InvokeMode, keep_within_limit};
-    let mode = match InvokeMode::parse(std::env::var(env_vars::LAMBDA_INVOKE_MODE).ok().as_deref())
-    {
-        Ok(mode) => mode,
-        Err(e) => {
-            eprintln!("flowgate: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     use crate::platform_deadline::{DeadlineSource, with_deadline};
-    // Layers run outside in: the payload limit, then the invocation's deadline, then the
-    // held tasks/result (which reads the deadline), then the server.
-    let hold = crate::held_result::HoldPolicy {
-        // A buffered response reaches the client only when it ends: a question must end it.
-        end_at_question: mode == InvokeMode::Buffered,
-    };
+    // Layers run outside in: the payload limit, then the invocation's deadline (which the
+    // request's caller carries: every wait of the request ends before it), then the server
+    // (told by `buffered_responses` to end a tasks/result stream at a question in buffered
+    // mode).
     let app = app
-        .layer(axum::middleware::from_fn_with_state(
-            hold,
-            crate::held_result::hold_within_deadline,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             DeadlineSource::LambdaInvocation,
             with_deadline,
@@ -340,7 +356,7 @@ async fn serve_lambda(app: axum::Router, tool_count: usize) -> ExitCode {
 }
 
 #[cfg(not(feature = "lambda"))]
-async fn serve_lambda(_app: axum::Router, _tool_count: usize) -> ExitCode {
+async fn serve_lambda(_app: axum::Router, _mode: LambdaMode, _tool_count: usize) -> ExitCode {
     eprintln!(
         "flowgate: AWS_LAMBDA_RUNTIME_API is set but this build has no Lambda support (cargo feature lambda)"
     );

@@ -115,7 +115,7 @@ pub(crate) fn check(path: &Path) -> ExitCode {
     let registry = registry(&state_dir(None).unwrap_or_default());
     match tool_set(Some(path), &registry) {
         Some(set) => {
-            println!("{}: {} tool(s), ok", path.display(), set.iter().count());
+            crate::out!("{}: {} tool(s), ok", path.display(), set.iter().count());
             ExitCode::SUCCESS
         }
         None => ExitCode::FAILURE,
@@ -134,9 +134,11 @@ pub(crate) fn tools(path: &Path) -> ExitCode {
             flowgate_manifest::TaskSupport::Forbidden => "synchronous",
         };
         let summary = entry.spec.description.lines().next().unwrap_or("");
-        println!(
+        crate::out!(
             "{:<24} {:<14} {:<6} {summary}",
-            entry.spec.name, task, entry.spec.target.engine
+            entry.spec.name,
+            task,
+            entry.spec.target.engine
         );
     }
     ExitCode::SUCCESS

@@ -63,6 +63,9 @@ pub(crate) async fn authenticate(
     next.run(Request::from_parts(parts, body)).await
 }
 
+/// `Retry-After` of a refusal that passes when the identity cannot say when.
+const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
+
 /// The answer to a refused request: the refusal's status, a small JSON body with a fixed
 /// text, the identity's challenge, and `Retry-After` when the refusal passes.
 pub(crate) fn refusal(identity: &dyn Identity, refused: &Refused) -> Response {
@@ -80,9 +83,17 @@ pub(crate) fn refusal(identity: &dyn Identity, refused: &Refused) -> Response {
             .insert(header::WWW_AUTHENTICATE, challenge);
     }
     if refused.kind == RefusalKind::Unavailable {
+        // Whole seconds, rounded up and at least one: the time until the next attempt to
+        // fetch the keys when the identity knows it, else a short wait.
+        let secs = refused
+            .retry_after
+            .map_or(DEFAULT_RETRY_AFTER_SECS, |wait| {
+                wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+            })
+            .max(1);
         response
             .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     response
 }

@@ -1,6 +1,12 @@
 //! The 2025-11-25 tasks dialect on HTTP: the messages `crate::dialect_2025` claims are
 //! answered here, with the request's [`Caller`]; everything else goes on to rmcp.
 //!
+//! `tasks/result` for a client that takes a stream is a resumable SSE stream (module
+//! `resume`): a `GET` with one of its event ids in `Last-Event-ID` resumes it here, on any
+//! instance. Its hold ends before the caller's deadline, and, where the platform delivers a
+//! body only when the request ends, once it has sent a question; then the stream ends without
+//! the answer and the client resumes it.
+//!
 //! Answered before rmcp, these requests first pass the same `Host` and `Origin` checks rmcp
 //! makes ([`Guard`]); a refusal is a JSON-RPC error (`-32600`) saying what was refused. An
 //! answer is plain JSON, except `tasks/result` for a client that takes a stream (`Accept`
@@ -12,7 +18,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
@@ -21,7 +27,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::origins::Guard;
-use crate::dialect_2025::{self, Handled, Question};
+use super::resume;
+use crate::dialect_2025::{self, Handled, Outbox, Question};
 use crate::jsonrpc::Incoming;
 use crate::{Caller, FlowgateServer};
 
@@ -31,25 +38,39 @@ use crate::{Caller, FlowgateServer};
 pub(crate) struct Dialect {
     pub(crate) server: FlowgateServer,
     pub(crate) guard: Arc<Guard>,
+    /// The platform delivers a response body only when the request ends
+    /// ([`super::HttpOptions::buffered_responses`]).
+    pub(crate) buffered: bool,
 }
 
 /// The layer: the dialect's messages are answered here, everything else passes.
 pub(crate) async fn serve_2025(
-    State(Dialect { server, guard }): State<Dialect>,
+    State(Dialect {
+        server,
+        guard,
+        buffered,
+    }): State<Dialect>,
     request: Request,
     next: Next,
 ) -> Response {
     let extensions = request.extensions();
+    // A `GET` resuming a `tasks/result` stream of ours is that `tasks/result` again.
+    let resumed = (request.method() == Method::GET)
+        .then(|| request.headers().get("last-event-id"))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .and_then(resume::resumed)
+        .map(Arc::new);
     let (Some(message), Some(caller)) = (
-        extensions.get::<Arc<Incoming>>(),
+        resumed.or_else(|| extensions.get::<Arc<Incoming>>().cloned()),
         extensions.get::<Caller>(),
     ) else {
         return next.run(request).await;
     };
-    if !dialect_2025::claims(&server, message) {
+    if !dialect_2025::claims(&server, &message) {
         return next.run(request).await;
     }
-    let (message, caller) = (Arc::clone(message), caller.clone());
+    let caller = caller.clone();
     if let Some((status, why)) = guard.refusal(request.uri(), request.headers()) {
         tracing::warn!(%status, why, "refused a 2025-11-25 request");
         let refused = rmcp::ErrorData::invalid_request(
@@ -64,7 +85,7 @@ pub(crate) async fn serve_2025(
         return response;
     }
     if message.method() == "tasks/result" && takes_stream(request.headers()) {
-        return stream(server, caller, message);
+        return stream(server, caller, message, buffered);
     }
     // The caller is gone when this request is dropped (its connection closed).
     let gone = CancellationToken::new();
@@ -77,13 +98,24 @@ pub(crate) async fn serve_2025(
     match handled {
         Handled::Reply(answer) => json(&dialect_2025::reply_json(message.id.as_ref(), &answer)),
         Handled::Accepted => StatusCode::ACCEPTED.into_response(),
-        Handled::Gone => StatusCode::NO_CONTENT.into_response(),
+        // A hold without an outbox is not resumable: it answers (module `dialect_2025`).
+        Handled::Gone | Handled::Paused => StatusCode::NO_CONTENT.into_response(),
     }
 }
 
-/// `tasks/result` as an SSE stream: questions as they come, then the answer. The stream
-/// holds the caller: when the client drops it, the hold ends.
-fn stream(server: FlowgateServer, caller: Caller, message: Arc<Incoming>) -> Response {
+/// `tasks/result` as a resumable SSE stream: the priming event, questions as they come, then
+/// the answer, or the end of the stream when the hold ends without it (`buffered`: also once it
+/// has sent a question). The stream holds the caller: when the client drops it, the hold ends.
+fn stream(
+    server: FlowgateServer,
+    caller: Caller,
+    message: Arc<Incoming>,
+    buffered: bool,
+) -> Response {
+    let id = resume::event_id(
+        message.name().unwrap_or_default(),
+        message.id.as_ref().unwrap_or(&Value::Null),
+    );
     let (events, stream) = futures::channel::mpsc::unbounded::<Value>();
     let gone = CancellationToken::new();
     let caller = caller.with_gone(gone.clone());
@@ -91,19 +123,26 @@ fn stream(server: FlowgateServer, caller: Caller, message: Arc<Incoming>) -> Res
         let ask = |question: Question| {
             let _ = events.unbounded_send(question.to_json());
         };
+        let outbox = Outbox {
+            send: &ask,
+            resumable: true,
+            end_at_question: buffered,
+        };
         let span = caller.span().clone();
-        if let Handled::Reply(answer) = dialect_2025::handle(&server, &caller, &message, Some(&ask))
-            .instrument(span)
-            .await
+        if let Handled::Reply(answer) =
+            dialect_2025::handle(&server, &caller, &message, Some(outbox))
+                .instrument(span)
+                .await
         {
             let _ = events.unbounded_send(dialect_2025::reply_json(message.id.as_ref(), &answer));
         }
     });
     let on_drop = gone.drop_guard();
-    let body = stream.map(move |event| {
+    let priming = futures::stream::once(std::future::ready(Ok(resume::priming(&id))));
+    let body = priming.chain(stream.map(move |message| {
         let _held = &on_drop;
-        Ok::<_, std::convert::Infallible>(format!("event: message\ndata: {event}\n\n"))
-    });
+        Ok::<_, std::convert::Infallible>(resume::event(&id, &message))
+    }));
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")

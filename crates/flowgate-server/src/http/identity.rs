@@ -87,11 +87,10 @@ impl Identity for GoogleIdentity {
     fn identify<'a>(&'a self, parts: &'a Parts) -> Identified<'a> {
         Box::pin(async move {
             let token = self.token(parts)?;
-            let identity = self
-                .validator
-                .validate_identity(token)
-                .await
-                .map_err(|e| Refused::from_validation(&e))?;
+            let identity = match self.validator.validate_identity(token).await {
+                Ok(identity) => identity,
+                Err(e) => return Err(Refused::from_validator(&self.validator, &e).await),
+            };
             if !self.allowed.admits(&identity) {
                 return Err(Refused::not_allowed(
                     "this caller is not among the principals allowed to call this server",

@@ -53,10 +53,13 @@ impl Identity for OAuthIdentity {
             let token = bearer(&request.headers)?.ok_or_else(|| {
                 Refused::missing("this server needs an OAuth access token (Authorization: Bearer)")
             })?;
-            self.validator.validate(token).await.map_err(|e| {
-                tracing::info!(reason = %e, "refused an access token");
-                Refused::from_validation(&e)
-            })
+            match self.validator.validate(token).await {
+                Ok(who) => Ok(who),
+                Err(e) => {
+                    tracing::info!(reason = %e, "refused an access token");
+                    Err(Refused::from_validator(&self.validator, &e).await)
+                }
+            }
         })
     }
 

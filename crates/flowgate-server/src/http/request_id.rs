@@ -9,35 +9,55 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
 
+use crate::caller::request_id;
+
 /// The id of an HTTP request.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestId(pub(crate) Arc<str>);
 
-/// Runs the request inside a span carrying its id: the platform's id when there is one (Cloud
-/// Run's trace header, a load balancer's `x-request-id`, Lambda's `x-amzn-trace-id`), else a
-/// fresh one.
+/// Runs the request inside a span carrying its id: the platform's id when there is one (a load
+/// balancer's `x-request-id`, Cloud Run's trace header, the root of Lambda's `x-amzn-trace-id`)
+/// and it is a short token, else a fresh one ([`request_id`]).
 pub(crate) async fn request_span(mut request: Request, next: Next) -> Response {
     let (id, mcp_method) = {
         let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-        let id = header("x-request-id")
+        let offered = header("x-request-id")
             .or_else(|| header("x-cloud-trace-context").and_then(|v| v.split('/').next()))
-            .or_else(|| header("x-amzn-trace-id"))
-            .map(|v| v.chars().take(128).collect::<String>())
-            .unwrap_or_else(|| format!("{:016x}", fresh_id()));
-        (id, header("mcp-method").unwrap_or("").to_owned())
+            .or_else(|| header("x-amzn-trace-id").map(amzn_root));
+        let id = request_id(offered);
+        // The header is the client's text: kept short (log formats escape what it holds).
+        let method: String = header("mcp-method")
+            .unwrap_or("")
+            .chars()
+            .take(64)
+            .collect();
+        (id, method)
     };
     let span = tracing::info_span!("request", requestId = %id, mcpMethod = %mcp_method);
     request.extensions_mut().insert(RequestId(Arc::from(id)));
     next.run(request).instrument(span).await
 }
 
-/// The clock mixed with a per-process counter: unique enough to correlate log lines.
-fn fresh_id() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default();
-    nanos ^ NEXT.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+/// The trace's root in Lambda's `x-amzn-trace-id` (`Root=1-...;Parent=...;Sampled=1`), or the
+/// whole value when it has none (which [`request_id`] then judges).
+fn amzn_root(header: &str) -> &str {
+    header
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("Root="))
+        .unwrap_or(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lambdas_trace_header_gives_its_root() {
+        assert_eq!(
+            amzn_root("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"),
+            "1-5759e988-bd862e3fe1be46a994272793"
+        );
+        assert_eq!(amzn_root("Self=1-abc; Root=1-def"), "1-def");
+        assert_eq!(amzn_root("opaque"), "opaque");
+    }
 }

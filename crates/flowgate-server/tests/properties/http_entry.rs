@@ -87,6 +87,7 @@ fn fixture() -> &'static Fixture {
                 keys,
                 ServerOptions {
                     sync_wait: Duration::from_secs(2),
+                    ..ServerOptions::default()
                 },
             );
             let issuer = FakeIssuer::start().await;

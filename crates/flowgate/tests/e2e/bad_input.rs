@@ -227,3 +227,26 @@ fn a_broken_manifest_fails_check_with_line_and_column() {
         String::from_utf8_lossy(&good.stderr)
     );
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_a_commands_output_quietly() {
+    // `flowgate policy | head -1`: the reader closes the pipe before all is written.
+    for args in [
+        vec!["env"],
+        vec!["policy", "examples/stepfunctions"],
+        vec!["tools", "examples/flowgate.yaml"],
+    ] {
+        let mut child = Command::new(bin())
+            .args(&args)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}

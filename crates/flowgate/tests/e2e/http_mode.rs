@@ -129,6 +129,76 @@ async fn port_hosts_logs_and_a_graceful_drain() {
     );
 }
 
+#[tokio::test]
+async fn request_ids_a_client_offers_never_forge_a_text_log_line() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let log = state.path().join("server.log");
+    let port = free_port();
+    let mut child = Command::new(bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("FLOWGATE_ALLOW_UNAUTHENTICATED", "true")
+        .env("FLOWGATE_STATE_DIR", state.path())
+        .env("FLOWGATE_HANDLE_KEYS", KEY)
+        .env("FLOWGATE_LOG", "info")
+        .env("FLOWGATE_LOG_FORMAT", "text")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
+        .spawn()
+        .expect("spawn");
+    wait_for_port(port);
+    let call = |id: &str| {
+        post(
+            port,
+            &format!("127.0.0.1:{port}"),
+            "tools/call",
+            Some("long_job"),
+            json!({"name": "long_job", "arguments": {"steps": 1}}),
+        )
+        .header("x-request-id", id.to_owned())
+    };
+    // Words that would read as another field, an id in flowgate's own namespace, and an id
+    // that is fine as it is.
+    for id in [
+        "x requestId=forged event=cancelled",
+        "fg-0000000000000001",
+        "trace-42",
+    ] {
+        let answer = call(id).send().await;
+        assert_eq!(answer.status, 200, "{id}: {:?}", answer.body);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let text = std::fs::read_to_string(&log).expect("read log");
+    let audit: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("event=started"))
+        .collect();
+    assert_eq!(audit.len(), 3, "{text}");
+    assert!(!text.contains("requestId=forged"), "{text}");
+    assert!(!text.contains("fg-0000000000000001"), "{text}");
+    let ids: Vec<&str> = audit
+        .iter()
+        .flat_map(|l| l.split("requestId=").skip(1))
+        .filter_map(|rest| rest.split([' ', '}']).next())
+        .collect();
+    assert_eq!(
+        ids.len(),
+        6,
+        "the span's id and the audit field's: {audit:?}"
+    );
+    let fresh = |id: &&&str| {
+        id.strip_prefix("fg-")
+            .is_some_and(|hex| hex.len() == 16 && hex.chars().all(|c| c.is_ascii_hexdigit()))
+    };
+    assert_eq!(ids.iter().filter(fresh).count(), 4, "{ids:?}");
+    assert_eq!(
+        ids.iter().filter(|id| **id == "trace-42").count(),
+        2,
+        "{ids:?}"
+    );
+}
+
 #[test]
 fn conflicting_key_sources_are_refused_without_printing_a_key() {
     let out = Command::new(bin())

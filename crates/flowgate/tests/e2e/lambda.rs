@@ -938,3 +938,57 @@ async fn each_invocations_spans_are_exported_before_it_answers() {
     assert_eq!(poll["attributes"]["flowgate.tool"], "long_job");
     assert!(lambda.state().await["freezes"].as_u64() >= Some(1));
 }
+
+/// A client without tasks behind a 6 s function, with the default 60 s synchronous wait: the
+/// call answers before the invocation's deadline (never the platform's timeout), says why it
+/// stopped, and the execution is stopped (no run is left that nobody holds).
+#[tokio::test]
+async fn a_synchronous_call_answers_before_the_invocation_deadline_and_stops_its_run() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            timeout_secs: 6.0,
+            ..Config::default()
+        },
+    );
+    let (mut body, headers) = request(
+        1,
+        "tools/call",
+        "long_job",
+        json!({"name": "long_job", "arguments": {"steps": 30}}),
+    );
+    // A client without the tasks extension.
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let started = std::time::Instant::now();
+    let answer = lambda.post(Some("session-1"), &headers, &body).await;
+    let took = started.elapsed();
+    assert_eq!(
+        answer.status, 200,
+        "never the platform's error: {}",
+        answer.body
+    );
+    assert!(took < Duration::from_secs(6), "answered in {took:?}");
+    let result = &answer.json()["result"];
+    assert_eq!(result["isError"], true, "{}", answer.body);
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("before this request's deadline") && text.contains("stopped"),
+        "{text}"
+    );
+    assert_eq!(lambda.state().await["timeouts"], 0);
+    // The run is the caller's only task, and it was stopped.
+    let listed = post_2025(
+        &lambda,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/list", "params": {}}),
+        &[],
+    )
+    .await;
+    let tasks = listed.json()["result"]["tasks"].clone();
+    assert_eq!(tasks.as_array().map(Vec::len), Some(1), "{tasks}");
+    assert_eq!(tasks[0]["status"], "cancelled", "{tasks}");
+}
