@@ -24,10 +24,13 @@ pub(crate) fn classify(err: Error, what: &str) -> EngineError {
                 engine: KIND,
                 message,
             },
-            Code::ResourceExhausted => EngineError::Throttled {
-                engine: KIND,
-                retry_after: retry_delay(status),
-            },
+            Code::ResourceExhausted => {
+                flowgate_core::observe::throttled(KIND);
+                EngineError::Throttled {
+                    engine: KIND,
+                    retry_after: retry_delay(status),
+                }
+            }
             Code::InvalidArgument
             | Code::FailedPrecondition
             | Code::OutOfRange

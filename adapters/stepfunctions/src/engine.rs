@@ -468,6 +468,12 @@ impl StepFunctionsEngine {
     }
 }
 
+/// The X-Ray trace header of the engine call being made, when flowgate records traces: the
+/// execution joins the caller's trace in X-Ray (`StartExecution`'s `traceHeader`).
+fn xray_trace_header() -> Option<String> {
+    flowgate_core::observe::trace_context().map(|context| context.xray_header())
+}
+
 /// The name prefix of the unnamed executions started for a principal: `fg-<tag>-` (the tag
 /// verbatim: 52 characters with the key, within the 80 a name may have).
 fn principal_prefix(principal_tag: &str) -> String {
@@ -550,6 +556,7 @@ impl Engine for StepFunctionsEngine {
             .state_machine_arn(&self.target.state_machine_arn)
             .name(&name)
             .input(&input)
+            .set_trace_header(xray_trace_header())
             .send()
             .await;
         match sent {
@@ -616,6 +623,7 @@ impl Engine for StepFunctionsEngine {
             .state_machine_arn(&self.target.state_machine_arn)
             .name(name)
             .input(input)
+            .set_trace_header(xray_trace_header())
             .customize()
             .config_override(
                 aws_sdk_sfn::config::Builder::default().timeout_config(

@@ -56,10 +56,13 @@ where
             engine: KIND,
             what: message,
         },
-        "ThrottlingException" | "TooManyRequestsException" => EngineError::Throttled {
-            engine: KIND,
-            retry_after: None,
-        },
+        "ThrottlingException" | "TooManyRequestsException" => {
+            flowgate_core::observe::throttled(KIND);
+            EngineError::Throttled {
+                engine: KIND,
+                retry_after: None,
+            }
+        }
         // An account's open executions are at their limit: starting again later may work, but
         // not within a retry's backoff.
         "ExecutionLimitExceeded" => EngineError::Unavailable {

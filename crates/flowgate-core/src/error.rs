@@ -126,10 +126,13 @@ pub fn kind_for_status(engine: &'static str, status: u16, message: String) -> En
             engine,
             what: message,
         },
-        429 => EngineError::Throttled {
-            engine,
-            retry_after: None,
-        },
+        429 => {
+            crate::observe::throttled(engine);
+            EngineError::Throttled {
+                engine,
+                retry_after: None,
+            }
+        }
         _ => EngineError::Unavailable {
             engine,
             message,

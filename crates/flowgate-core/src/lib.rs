@@ -7,6 +7,7 @@
 //! - [`ExecutionRecord`]: what an engine reports about one execution, read fresh on every poll.
 //! - [`Engine`]: the contract an adapter implements (start, get, respond, cancel, list).
 //! - [`handle`]: task handles, the sealed tokens that are the task ids clients hold.
+//! - [`observe`]: what adapters report to the operator's telemetry (throttles, the trace).
 //! - [`pacing`]: a poll interval an account's API quota affords, for token-bucket engines.
 //! - [`template`]: the one template language engines render call arguments with.
 //! - [`wire`]: the projection of a record onto the MCP tasks extension (2026-07-28).
@@ -16,6 +17,7 @@
 mod engine;
 mod error;
 pub mod handle;
+pub mod observe;
 pub mod pacing;
 mod record;
 mod registry;

@@ -273,6 +273,7 @@ impl HttpClient {
                     || headers.contains_key(reqwest::header::RETRY_AFTER)
                     || message.to_ascii_lowercase().contains("rate limit")));
         if rate_limited {
+            flowgate_core::observe::throttled(self.engine);
             return EngineError::Throttled {
                 engine: self.engine,
                 retry_after: retry_after(headers).or_else(|| reset_in(headers)),

@@ -17,6 +17,9 @@
 //! | `status` | the terminal state seen (`finished`: completed, failed, cancelled) |
 //! | `reason` | why flowgate stopped an execution itself (`cancelled`: `hung_up`, `sync_wait`), or why a request was refused: `unauthenticated`, `invalid_token`, `not_allowed`, `keys_unavailable`, `insufficient_scope`, `unknown_tool`, `tasks_required`, `invalid_arguments`, `task_not_found` |
 //!
+//! Each task event also counts in the process's metrics, when they are on
+//! (`flowgate_tasks_started_total`, `_answered_total`, `_cancelled_total`, `_finished_total`).
+//!
 //! Never in it: argument or answer values, tokens, or any other credential. `finished` is
 //! logged the first time this instance sees the execution terminal (a bounded, process-local
 //! memory; another instance, or this one after a restart, logs it once more).
@@ -138,6 +141,9 @@ pub(crate) fn refused(
 
 /// An execution was started for a call.
 pub(crate) fn started(caller: &Caller, tool: &str, execution: Option<&str>, arguments: &Value) {
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_started(tool);
+    }
     let arguments = digest(arguments);
     emit(&Line {
         tool: Some(tool),
@@ -155,6 +161,9 @@ pub(crate) fn answered(
     answers: &Value,
     count: usize,
 ) {
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_answered(tool);
+    }
     let digest = digest(answers);
     emit(&Line {
         tool: Some(tool),
@@ -167,6 +176,9 @@ pub(crate) fn answered(
 
 /// The engine accepted a cancellation.
 pub(crate) fn cancelled(caller: &Caller, tool: &str, execution: &str) {
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_cancelled(tool, "client");
+    }
     emit(&Line {
         tool: Some(tool),
         execution: Some(execution),
@@ -177,7 +189,10 @@ pub(crate) fn cancelled(caller: &Caller, tool: &str, execution: &str) {
 /// flowgate itself stopped an execution of a synchronous call: `reason` is `hung_up` (the
 /// caller went away) or `sync_wait` (no result within the synchronous wait, or a question only
 /// a task could answer).
-pub(crate) fn stopped(caller: &Caller, tool: &str, execution: &str, reason: &str) {
+pub(crate) fn stopped(caller: &Caller, tool: &str, execution: &str, reason: &'static str) {
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_cancelled(tool, reason);
+    }
     emit(&Line {
         tool: Some(tool),
         execution: Some(execution),
@@ -188,9 +203,12 @@ pub(crate) fn stopped(caller: &Caller, tool: &str, execution: &str, reason: &str
 
 /// A poll saw the execution terminal: logged the first time this instance sees it. (A
 /// synchronous run, which has no reference, is seen exactly once anyway.)
-pub(crate) fn finished(caller: &Caller, tool: &str, execution: Option<&str>, status: &str) {
+pub(crate) fn finished(caller: &Caller, tool: &str, execution: Option<&str>, status: &'static str) {
     if execution.is_some_and(|e| !first_sight(e)) {
         return;
+    }
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.task_finished(tool, status);
     }
     emit(&Line {
         tool: Some(tool),

@@ -27,6 +27,9 @@ pub struct Caller {
     deadline: Option<Instant>,
     /// Cancelled when the caller goes away; `None` until a transport says how it notices.
     gone: Option<CancellationToken>,
+    /// The request's span, where the operations record what they learn (the tool of a task
+    /// they opened); disabled unless the request is traced.
+    span: tracing::Span,
 }
 
 /// The anonymous principal key, shared (a caller is made per request).
@@ -42,6 +45,7 @@ impl Caller {
             request_id: request_id.into(),
             deadline: None,
             gone: None,
+            span: tracing::Span::none(),
         }
     }
 
@@ -67,6 +71,18 @@ impl Caller {
     pub fn with_gone(mut self, gone: CancellationToken) -> Self {
         self.gone = Some(gone);
         self
+    }
+
+    /// The caller, whose request is traced as `span`.
+    #[must_use]
+    pub fn with_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
+    }
+
+    /// The request's span (disabled when it is not traced).
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// The identity that vouched for the caller, if any.

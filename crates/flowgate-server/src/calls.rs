@@ -52,13 +52,9 @@ impl FlowgateServer {
     pub(crate) async fn call(&self, caller: &Caller, call: Call) -> Result<Called, ErrorData> {
         // A tool the caller's scopes do not allow is, to it, a tool that does not exist (the
         // HTTP layer already answered 403 with the scope challenge; this is the backstop).
-        let Some(entry) = self
-            .inner
-            .tools
-            .get(&call.name)
-            .filter(|e| caller.may_use(&e.spec.scopes))
-        else {
-            let reason = match self.inner.tools.get(&call.name) {
+        let served = self.tool_entry(&call.name);
+        let Some(entry) = served.as_ref().filter(|e| caller.may_use(&e.spec.scopes)) else {
+            let reason = match served {
                 Some(_) => "insufficient_scope",
                 None => "unknown_tool",
             };
@@ -191,6 +187,11 @@ impl FlowgateServer {
             .engine
             .pacing()
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let poll_interval_ms = entry.presentation.poll_interval_ms.max(paced);
+        if let Some(metrics) = flowgate_telemetry::metrics::get() {
+            let interval = std::time::Duration::from_millis(poll_interval_ms);
+            metrics.poll_interval(&entry.spec.name, interval);
+        }
         TaskView {
             task_id: self.inner.keys.seal(&handle, caller.principal_key()),
             wire: WireTask {
@@ -198,7 +199,7 @@ impl FlowgateServer {
                 created_at: at.clone(),
                 last_updated_at: at,
                 ttl_ms: entry.presentation.ttl_ms,
-                poll_interval_ms: entry.presentation.poll_interval_ms.max(paced),
+                poll_interval_ms,
                 outcome: Outcome::Working,
             },
         }

@@ -119,7 +119,7 @@ pub(crate) fn claims(server: &FlowgateServer, message: &Incoming) -> bool {
             message.params.get("task").is_some()
                 || message
                     .name()
-                    .and_then(|n| server.inner.tools.get(n))
+                    .and_then(|n| server.tool_entry(n))
                     .is_some_and(|t| t.spec.task == TaskSupport::Required)
         }
         _ => false,
@@ -180,6 +180,7 @@ fn tools_list(
     }
     let tools: Vec<Value> = server
         .tools_for(caller)
+        .iter()
         .map(|t| {
             let mut tool = serde_json::to_value(&t.tool).unwrap_or_else(|_| json!({}));
             tool["execution"] = json!({"taskSupport": task_support(t.spec.task)});
@@ -209,7 +210,7 @@ async fn call(
     let request: CallToolRequestParams =
         params::decode(message.method(), Some(&Value::Object(params)))?;
     let name = request.name.into_owned();
-    let support = server.inner.tools.get(&name).map(|t| t.spec.task);
+    let support = server.tool_entry(&name).map(|t| t.spec.task);
     if !as_task {
         // The revision: a `taskSupport: required` tool called without `task` is -32601.
         return Err(ErrorData::new(
@@ -372,7 +373,7 @@ async fn result(
         None => Questions::Wait,
     };
     let waited = server
-        .wait_until_finished(caller, entry, &handle.execution, RESULT_HOLD, questions)
+        .wait_until_finished(caller, &entry, &handle.execution, RESULT_HOLD, questions)
         .await;
     let resumable = outbox.is_some_and(|o| o.resumable);
     Handled::Reply(match waited {

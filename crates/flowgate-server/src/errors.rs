@@ -11,6 +11,19 @@ pub(crate) fn task_not_found() -> ErrorData {
     ErrorData::invalid_params("Failed to retrieve task: Task not found", None)
 }
 
+/// The answer for a task whose handle opened (it is the caller's) but whose tool this server
+/// no longer serves (a manifest without it): saying so, not "not found", since the execution
+/// itself may well exist.
+pub(crate) fn tool_gone(tool: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!(
+            "Failed to retrieve task: its tool {tool:?} is no longer served by this server \
+             (the execution is left as it is)"
+        ),
+        None,
+    )
+}
+
 /// A tool result that tells the model what went wrong when starting `tool`.
 pub(crate) fn tool_error(tool: &str, error: &EngineError) -> CallToolResult {
     let advice = match error {

@@ -14,14 +14,18 @@
 //! 3. `parse`: the body is parsed once into the JSON-RPC message, which goes in the
 //!    extensions; a body that is no message gets its JSON-RPC error; a `tasks/*` request
 //!    without `Mcp-Name` gets the header from its `taskId`.
-//! 4. `scopes`: a `tools/call` of a tool the caller's scopes do not allow gets 403 with the
+//! 4. `observe`: the MCP request span (traces) and the request's count (metrics), from the
+//!    parsed message and the caller; the span is the parent of everything below, and the
+//!    caller carries it.
+//! 5. `scopes`: a `tools/call` of a tool the caller's scopes do not allow gets 403 with the
 //!    identity's challenge (only when an identity is configured).
-//! 5. `dialect`: 2025-11-25 task requests are answered by `crate::dialect_2025`, after the
+//! 6. `dialect`: 2025-11-25 task requests are answered by `crate::dialect_2025`, after the
 //!    same `Host` and `Origin` checks as rmcp's (`origins::Guard`); a `GET` resuming a
 //!    `tasks/result` stream (`resume`) is one of them. So is a 2026-07-28 `tasks/get` that
 //!    passes every check rmcp makes (`poll`: the most frequent request, spared rmcp's
-//!    per-request service and its second decoding of the body).
-//! 6. rmcp's `StreamableHttpService` (its `Host` and `Origin` checks, module `origins`, then
+//!    per-request service and its second decoding of the body), inside `observe` like the
+//!    rest: its span, its count and its outcome are recorded as for rmcp's answers.
+//! 7. rmcp's `StreamableHttpService` (its `Host` and `Origin` checks, module `origins`, then
 //!    the JSON-RPC decoding and the protocol's header checks), which calls `crate::mcp`, the
 //!    `ServerHandler`, with the caller from the extensions.
 //!
@@ -31,6 +35,7 @@ mod authenticate;
 mod dialect;
 mod identity;
 mod oauth;
+mod observe;
 mod origins;
 mod parse;
 mod poll;
@@ -110,7 +115,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         hosts: config.allowed_hosts.clone(),
         origins: origins::allowlist(&options.allowed_origins),
     };
-    let service = McpService::new(server.clone(), caller_of);
+    let service = McpService::new(server.clone(), Arc::new(caller_of));
     let service = StreamableHttpService::new(
         move || Ok(service.clone()),
         Arc::new(NeverSessionManager::default()),
@@ -138,6 +143,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     // `route_layer`: the layers serve `/mcp` alone; any other path is the plain 404 of the
     // HTTP stack (what the benchmark's floor measures), never an MCP answer.
     let mut app = mcp
+        .route_layer(axum::middleware::from_fn(observe::observe))
         .route_layer(axum::middleware::from_fn_with_state(
             body_limit,
             parse::parse,

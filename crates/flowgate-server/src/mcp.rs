@@ -10,8 +10,11 @@ use rmcp::model::{
     CustomResult, DetailedTask, GetTaskParams, GetTaskResult, InputRequests, ListToolsResult,
     PaginatedRequestParams, ServerConfig, Task, TaskPayload, TaskStatus, Tool, UpdateTaskParams,
 };
+use std::sync::Arc;
+
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use tracing::Instrument as _;
 
 use crate::calls::{Call, Called};
 use crate::tasks::TaskView;
@@ -19,13 +22,21 @@ use crate::{Caller, FlowgateServer};
 use flowgate_core::wire::{Outcome, WireStatus};
 
 /// How a transport finds the caller of an rmcp request.
-pub(crate) type CallerOf = fn(&RequestContext<RoleServer>) -> Caller;
+pub(crate) type CallerOf = Arc<dyn Fn(&RequestContext<RoleServer>) -> Caller + Send + Sync>;
 
 /// The server as rmcp serves it on one transport.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct McpService {
     server: FlowgateServer,
     caller_of: CallerOf,
+}
+
+impl std::fmt::Debug for McpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpService")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
 }
 
 impl McpService {
@@ -50,6 +61,7 @@ impl ServerHandler for McpService {
         Ok(ListToolsResult::with_all_items(
             self.server
                 .tools_for(&caller)
+                .iter()
                 .map(|t| t.tool.clone())
                 .collect(),
         ))
@@ -58,7 +70,7 @@ impl ServerHandler for McpService {
     /// Lets rmcp check `Mcp-Param-*` headers against tools whose input schema marks
     /// parameters with `x-mcp-header` (SEP-2243).
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.server.tool(name).cloned()
+        self.server.tool(name)
     }
 
     async fn call_tool(
@@ -75,11 +87,16 @@ impl ServerHandler for McpService {
             takes_tasks: client::takes_tasks(&ctx),
             can_elicit: client::can_elicit(&ctx),
         };
-        Ok(match self.server.call(&caller, call).await? {
-            Called::Task(view) => CallToolResponse::Task(CreateTaskResult::new(task(&view))),
-            Called::Complete(result) => CallToolResponse::Complete(result),
-            Called::Ask(ask) => CallToolResponse::InputRequired(ask),
-        })
+        // Engine calls are children of the request's span (rmcp runs handlers on tasks of
+        // their own).
+        let span = caller.span().clone();
+        Ok(
+            match self.server.call(&caller, call).instrument(span).await? {
+                Called::Task(view) => CallToolResponse::Task(CreateTaskResult::new(task(&view))),
+                Called::Complete(result) => CallToolResponse::Complete(result),
+                Called::Ask(ask) => CallToolResponse::InputRequired(ask),
+            },
+        )
     }
 
     async fn get_task(
@@ -88,7 +105,12 @@ impl ServerHandler for McpService {
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let caller = (self.caller_of)(&ctx);
-        let view = self.server.task_get(&caller, &request.task_id).await?;
+        let span = caller.span().clone();
+        let view = self
+            .server
+            .task_get(&caller, &request.task_id)
+            .instrument(span)
+            .await?;
         Ok(GetTaskResult::new(detailed(view)))
     }
 
@@ -98,8 +120,10 @@ impl ServerHandler for McpService {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let caller = (self.caller_of)(&ctx);
+        let span = caller.span().clone();
         self.server
             .task_update(&caller, &request.task_id, request.input_responses)
+            .instrument(span)
             .await
     }
 
@@ -109,7 +133,11 @@ impl ServerHandler for McpService {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let caller = (self.caller_of)(&ctx);
-        self.server.task_cancel(&caller, &request.task_id).await
+        let span = caller.span().clone();
+        self.server
+            .task_cancel(&caller, &request.task_id)
+            .instrument(span)
+            .await
     }
 
     /// Requests rmcp could not decode into a method's params land here: `-32602` for methods

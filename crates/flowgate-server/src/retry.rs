@@ -88,7 +88,8 @@ where
     let mut delay = FIRST_DELAY;
     let mut attempt = 1;
     loop {
-        match call().await {
+        // The engine's span says which attempt this is.
+        match flowgate_telemetry::attempt(attempt, call()).await {
             Err(e @ EngineError::Throttled { .. }) if !retry_throttled => return Err(e),
             Err(e) if e.is_retryable() && attempt < ATTEMPTS => {
                 let wait = match &e {

@@ -1,15 +1,17 @@
 //! The server's state: configuration, engine clients and the handle keys, and nothing else.
+//! The tool set is swapped whole when the manifest is reloaded ([`FlowgateServer::replace_tools`]).
 //! Every task operation is a method of [`FlowgateServer`] taking a [`Caller`](crate::Caller)
 //! (modules `calls`, `tasks`, `wait`); the transports and dialects call them.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use flowgate_core::handle::Keyring;
 use rmcp::model::{Implementation, ServerCapabilities, ServerConfig, Tool};
 
 use crate::holds::Holds;
-use crate::{Caller, ToolSet};
+use crate::{Caller, ToolEntry, ToolSet};
 
 /// Server behaviour that is not per tool.
 #[derive(Debug, Clone)]
@@ -41,7 +43,12 @@ pub struct FlowgateServer {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) tools: ToolSet,
+    /// The tools being served; a request takes the set as it is when it asks, so a reload
+    /// never changes the tools under a request.
+    tools: RwLock<Arc<ToolSet>>,
+    /// Tools a reload took away (or moved to another engine), by name and engine: their tasks
+    /// still answer through the engine that started them.
+    retired: RwLock<HashMap<(String, &'static str), Arc<ToolEntry>>>,
     pub(crate) keys: Keyring,
     pub(crate) options: ServerOptions,
     pub(crate) info: ServerConfig,
@@ -65,7 +72,8 @@ impl FlowgateServer {
             );
         FlowgateServer {
             inner: Arc::new(Inner {
-                tools,
+                tools: RwLock::new(Arc::new(tools)),
+                retired: RwLock::new(HashMap::new()),
                 keys,
                 options,
                 info,
@@ -87,19 +95,69 @@ impl FlowgateServer {
         &self.inner.info
     }
 
-    /// The tools `caller` may see and call (its scopes allow them), in manifest order.
-    pub(crate) fn tools_for<'a>(
-        &'a self,
-        caller: &'a Caller,
-    ) -> impl Iterator<Item = &'a crate::ToolEntry> + 'a {
+    /// The tools being served now.
+    pub fn tools(&self) -> Arc<ToolSet> {
+        Arc::clone(&self.inner.tools.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Serves `tools` from now on, in place of the tools being served: requests already
+    /// running finish with the entries they took. Tasks of a tool that `tools` lacks, or binds
+    /// to another engine, keep answering through the engine that started them.
+    pub fn replace_tools(&self, tools: ToolSet) {
+        let new = Arc::new(tools);
+        let old = std::mem::replace(
+            &mut *self.inner.tools.write().unwrap_or_else(|p| p.into_inner()),
+            Arc::clone(&new),
+        );
+        let mut retired = self
+            .inner
+            .retired
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        for entry in old.iter() {
+            let kind = entry.engine.kind();
+            let kept = new
+                .get(&entry.spec.name)
+                .is_some_and(|e| e.engine.kind() == kind);
+            if !kept {
+                retired.insert((entry.spec.name.clone(), kind), Arc::clone(entry));
+            }
+        }
+        // A tool served again answers through its new entry.
+        retired.retain(|(name, kind), _| new.get(name).is_none_or(|e| e.engine.kind() != *kind));
+    }
+
+    /// The entry that answers for tasks of `tool` started on `engine`: the one being served,
+    /// or one a reload retired.
+    pub(crate) fn entry_for(&self, tool: &str, engine: &str) -> Option<Arc<ToolEntry>> {
+        if let Some(entry) = self.tools().get(tool).filter(|e| e.engine.kind() == engine) {
+            return Some(Arc::clone(entry));
+        }
         self.inner
-            .tools
+            .retired
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|((name, kind), _)| name == tool && *kind == engine)
+            .map(|(_, entry)| Arc::clone(entry))
+    }
+
+    /// The tools `caller` may see and call (its scopes allow them), in manifest order.
+    pub(crate) fn tools_for(&self, caller: &Caller) -> Vec<Arc<ToolEntry>> {
+        self.tools()
             .iter()
             .filter(|t| caller.may_use(&t.spec.scopes))
+            .cloned()
+            .collect()
+    }
+
+    /// The entry of the tool called `name`, being served now.
+    pub(crate) fn tool_entry(&self, name: &str) -> Option<Arc<ToolEntry>> {
+        self.tools().get(name).cloned()
     }
 
     /// The MCP description of the tool called `name`.
-    pub(crate) fn tool(&self, name: &str) -> Option<&Tool> {
-        self.inner.tools.get(name).map(|t| &t.tool)
+    pub(crate) fn tool(&self, name: &str) -> Option<Tool> {
+        self.tool_entry(name).map(|t| t.tool.clone())
     }
 }

@@ -12,6 +12,9 @@
 //!   to stdout; `notifications/cancelled` for one of them ends it;
 //! - every other line goes on to rmcp unchanged, which calls `crate::mcp`.
 //!
+//! When traces or metrics are on, each request line begins its MCP request span here (its
+//! parent is the trace context in `params._meta`), which its answer ends, as on HTTP.
+//!
 //! Everything written to stdout goes through rmcp's own writer, so no message interleaves
 //! with another. The `initialize` answer of a 2025-11-25 session gains `capabilities.tasks`
 //! there, and tells the sieve the session's revision.
@@ -33,6 +36,7 @@ use tokio::io::{
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::dialect_2025::{self, Handled, Outbox, Question, V2025};
 use crate::jsonrpc::Incoming;
@@ -66,19 +70,63 @@ pub async fn serve(server: FlowgateServer) -> Result<(), Box<dyn std::error::Err
     let transport = Stdio {
         inner: AsyncRwTransport::new_server(to_rmcp, stdout),
         outgoing,
-        session,
+        session: Arc::clone(&session),
         server: server.clone(),
     };
-    let running = McpService::new(server, caller_of).serve(transport).await?;
+    let observed = Arc::clone(&session);
+    let caller_of = move |ctx: &RequestContext<RoleServer>| caller_of(&observed, ctx);
+    let running = McpService::new(server, Arc::new(caller_of))
+        .serve(transport)
+        .await?;
     running.waiting().await?;
     Ok(())
 }
 
 /// The caller of a request rmcp routes on stdio: nobody authenticated, its JSON-RPC id, gone
-/// when the client cancels the request.
-fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
-    Caller::anonymous(id_text(&serde_json::to_value(&ctx.id).unwrap_or_default()))
+/// when the client cancels the request, traced in the span its line began.
+fn caller_of(session: &Session, ctx: &RequestContext<RoleServer>) -> Caller {
+    let id = serde_json::to_value(&ctx.id).unwrap_or_default();
+    let span = session.span_of(&id_key(&id));
+    Caller::anonymous(id_text(&id))
         .with_gone(ctx.ct.clone())
+        .with_span(span)
+}
+
+/// The MCP request a line is, observed (`None` when traces and metrics are off, or the line
+/// is no request).
+fn observe(message: &Incoming) -> Option<flowgate_telemetry::Request> {
+    if !flowgate_telemetry::request::active() {
+        return None;
+    }
+    message.method.as_ref()?;
+    let id = message.id.as_ref().map(ToString::to_string);
+    let info = flowgate_telemetry::RequestInfo {
+        method: message.method(),
+        id: Some(id.as_deref()?),
+        tool: message.name(),
+        revision: message.revision.as_deref(),
+        issuer: None,
+        transport: "pipe",
+    };
+    Some(flowgate_telemetry::Request::begin(info, || {
+        let meta = message.params.get("_meta").and_then(|m| m.as_object());
+        flowgate_telemetry::traces::remote_parent(meta, None)
+    }))
+}
+
+/// How an answer ends its request.
+fn ended(message: &ServerJsonRpcMessage) -> Option<(String, flowgate_telemetry::Ended)> {
+    match message {
+        ServerJsonRpcMessage::Response(response) => Some((
+            id_key(&serde_json::to_value(&response.id).ok()?),
+            flowgate_telemetry::Ended::Ok,
+        )),
+        ServerJsonRpcMessage::Error(error) => Some((
+            id_key(&serde_json::to_value(error.id.as_ref()?).ok()?),
+            flowgate_telemetry::Ended::Error(i64::from(error.error.code.0)),
+        )),
+        _ => None,
+    }
 }
 
 /// A JSON-RPC id as the request id of log lines: a number in decimal, a string as it is when
@@ -90,6 +138,12 @@ fn id_text(id: &Value) -> String {
     }
 }
 
+/// A JSON-RPC id as the key of the session's maps: exact (`"1"` and `1` differ), unlike
+/// [`id_text`], which replaces an id that is no token.
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
 /// What one stdio session knows: the revision its `initialize` settled on, and the dialect
 /// requests in flight (to end one that is cancelled, and all of them at the end of input).
 #[derive(Debug, Default)]
@@ -97,6 +151,8 @@ struct Session {
     revision: Mutex<Option<String>>,
     in_flight: Mutex<HashMap<String, CancellationToken>>,
     closed: CancellationToken,
+    /// The requests rmcp serves, observed until answered, by JSON-RPC id.
+    observed: Mutex<HashMap<String, flowgate_telemetry::Request>>,
 }
 
 impl Session {
@@ -114,6 +170,25 @@ impl Session {
     fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn observed(&self) -> std::sync::MutexGuard<'_, HashMap<String, flowgate_telemetry::Request>> {
+        self.observed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The span of the request `id` rmcp is serving (disabled when it is not traced).
+    fn span_of(&self, id: &str) -> tracing::Span {
+        self.observed()
+            .get(id)
+            .map_or_else(tracing::Span::none, |r| r.span().clone())
+    }
+
+    /// The request `id` was answered.
+    fn answered(&self, id: &str, how: flowgate_telemetry::Ended) {
+        let observed = self.observed().remove(id);
+        if let Some(request) = observed {
+            request.end(how);
+        }
+    }
 }
 
 /// Where the sieve sends each line.
@@ -130,17 +205,23 @@ impl Route {
     fn dialect(&self, message: Incoming) -> Option<Incoming> {
         if message.method() == "notifications/cancelled"
             && let Some(id) = message.params.get("requestId")
-            && let Some(flight) = self.session.flights().remove(&id_text(id))
+            && let Some(flight) = self.session.flights().remove(&id_key(id))
         {
             flight.cancel();
         }
         if message.method() == "initialize" || !dialect_2025::claims(&self.server, &message) {
             return Some(message);
         }
-        let id = message.id.as_ref().map(id_text).unwrap_or_default();
+        let id = message.id.as_ref().map(id_key).unwrap_or_default();
         let gone = self.session.closed.child_token();
         self.session.flights().insert(id.clone(), gone.clone());
-        let caller = Caller::anonymous(id.clone()).with_gone(gone);
+        let observed = observe(&message);
+        let span = observed
+            .as_ref()
+            .map_or_else(tracing::Span::none, |r| r.span().clone());
+        let caller = Caller::anonymous(message.id.as_ref().map(id_text).unwrap_or_default())
+            .with_gone(gone)
+            .with_span(span.clone());
         let (server, session, out) = (
             self.server.clone(),
             Arc::clone(&self.session),
@@ -162,11 +243,19 @@ impl Route {
                 resumable: false,
                 end_at_question: false,
             };
-            let handled = dialect_2025::handle(&server, &caller, &message, Some(outbox)).await;
+            let handled = dialect_2025::handle(&server, &caller, &message, Some(outbox))
+                .instrument(span)
+                .await;
             session.flights().remove(&id);
             let Handled::Reply(answer) = handled else {
                 return;
             };
+            if let Some(observed) = observed {
+                observed.end(match &answer {
+                    Ok(_) => flowgate_telemetry::Ended::Ok,
+                    Err(e) => flowgate_telemetry::Ended::Error(i64::from(e.code.0)),
+                });
+            }
             let Some(id) = message
                 .id
                 .clone()
@@ -216,8 +305,18 @@ where
             Ok(_) => match parse(&line, route.session.revision().as_deref()) {
                 Ok(message) => {
                     let passes = match message {
-                        Some(message) => route.dialect(message).is_some(),
                         None => true,
+                        Some(message) => match route.dialect(message) {
+                            Some(message) => {
+                                // A request rmcp serves: observed until its answer goes out.
+                                if let (Some(observed), Some(id)) = (observe(&message), &message.id)
+                                {
+                                    route.session.observed().insert(id_key(id), observed);
+                                }
+                                true
+                            }
+                            None => false,
+                        },
                     };
                     if passes && output.write_all(&line).await.is_err() {
                         break;
@@ -279,6 +378,9 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for Stdio<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let Some((id, how)) = ended(&item) {
+            self.session.answered(&id, how);
+        }
         let item = match item {
             ServerJsonRpcMessage::Response(response) => match response.result {
                 // The session's revision is what its `initialize` settled on; a 2025-11-25

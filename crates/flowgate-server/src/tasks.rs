@@ -8,7 +8,9 @@ use rmcp::ErrorData;
 use rmcp::model::InputResponses;
 
 use crate::answers;
-use crate::errors::{rpc_error, task_not_found};
+use std::sync::Arc;
+
+use crate::errors::{rpc_error, task_not_found, tool_gone};
 use crate::retry::{START_DEADLINE, reading, within};
 use crate::{Caller, FlowgateServer, ToolEntry, audit};
 
@@ -55,7 +57,7 @@ impl FlowgateServer {
         &self,
         caller: &Caller,
         task_id: &str,
-    ) -> Result<(TaskHandle, &ToolEntry), ErrorData> {
+    ) -> Result<(TaskHandle, Arc<ToolEntry>), ErrorData> {
         let handle = self
             .inner
             .keys
@@ -65,12 +67,11 @@ impl FlowgateServer {
                 audit::refused(caller, "task_not_found", None, None);
                 task_not_found()
             })?;
+        // The handle is the caller's own: saying that its tool is gone tells it nothing new.
         let entry = self
-            .inner
-            .tools
-            .get(&handle.tool)
-            .filter(|e| e.engine.kind() == handle.engine)
-            .ok_or_else(task_not_found)?;
+            .entry_for(&handle.tool, &handle.engine)
+            .ok_or_else(|| tool_gone(&handle.tool))?;
+        flowgate_telemetry::request::tool(caller.span(), &entry.spec.name);
         Ok((handle, entry))
     }
 
@@ -127,6 +128,10 @@ impl FlowgateServer {
             }
             Err(e) => return Err(rpc_error(&entry.spec.name, &e)),
         };
+        if let Some(metrics) = flowgate_telemetry::metrics::get() {
+            let interval = std::time::Duration::from_millis(wire.poll_interval_ms);
+            metrics.task_get(&entry.spec.name, Some(interval));
+        }
         Ok(TaskView {
             task_id: task_id.to_owned(),
             wire,
@@ -203,7 +208,7 @@ impl FlowgateServer {
         let limit = limit.min(LIST_LIMIT);
         let tag = caller.principal_tag();
         let mut found = Vec::new();
-        for entry in self.inner.tools.iter() {
+        for entry in self.tools().iter() {
             if !entry.engine.capabilities().list {
                 continue;
             }

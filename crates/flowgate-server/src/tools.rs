@@ -23,10 +23,11 @@ pub struct ToolEntry {
     pub output: Option<Schema>,
 }
 
-/// Every tool the server offers, in manifest order.
+/// Every tool the server offers, in manifest order. Entries are shared: a request holds the
+/// entry it works with even when a reload replaces the set meanwhile.
 #[derive(Debug, Clone, Default)]
 pub struct ToolSet {
-    entries: Vec<ToolEntry>,
+    entries: Vec<Arc<ToolEntry>>,
     by_name: HashMap<String, usize>,
 }
 
@@ -61,6 +62,12 @@ impl ToolSet {
                     )));
                 }
                 Ok(engine) => {
+                    // Every call of the tool's engine is traced and counted, in one place.
+                    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+                        metrics.tool_engine(&spec.name, engine.kind());
+                    }
+                    let engine: Arc<dyn Engine> =
+                        Arc::new(flowgate_telemetry::Instrumented::new(engine, &spec.name));
                     let output = match spec.output_check() {
                         Ok(output) => output,
                         Err(e) => {
@@ -81,13 +88,13 @@ impl ToolSet {
                     }
                     let presentation = spec.presentation(engine.retention_ms());
                     set.by_name.insert(spec.name.clone(), set.entries.len());
-                    set.entries.push(ToolEntry {
+                    set.entries.push(Arc::new(ToolEntry {
                         spec: spec.clone(),
                         engine,
                         tool,
                         presentation,
                         output,
-                    });
+                    }));
                 }
                 Err(e) => errors.push(spec.target.locate(e.key.as_deref()).error(e.message)),
             }
@@ -100,12 +107,22 @@ impl ToolSet {
     }
 
     /// The tool called `name`.
-    pub fn get(&self, name: &str) -> Option<&ToolEntry> {
+    pub fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.by_name.get(name).map(|&i| &self.entries[i])
     }
 
     /// All tools, in manifest order.
-    pub fn iter(&self) -> impl Iterator<Item = &ToolEntry> {
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<ToolEntry>> {
         self.entries.iter()
+    }
+
+    /// How many tools there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 }

@@ -176,11 +176,11 @@ mod tests {
         started: &Started,
         hold: u64,
     ) -> Waited {
-        let entry = server.inner.tools.get("t").expect("t");
+        let entry = server.tool_entry("t").expect("t");
         server
             .wait_until_finished(
                 caller,
-                entry,
+                &entry,
                 &started.execution,
                 Duration::from_millis(hold),
                 Questions::Stop,
@@ -205,7 +205,7 @@ mod tests {
         assert!(matches!(waited, Waited::Asked), "{waited:?}");
 
         let (server, engine, started) = running(json!([{"ask": "Go?"}, {"succeed": 1}])).await;
-        let entry = server.inner.tools.get("t").expect("t");
+        let entry = server.tool_entry("t").expect("t");
         let (asked, mut questions) = tokio::sync::mpsc::unbounded_channel();
         let mut forward = move |key: &str, request: &Value| {
             let _ = asked.send((key.to_owned(), request["params"]["message"].clone()));
@@ -213,7 +213,7 @@ mod tests {
         let caller = Caller::anonymous("r");
         let waiting = server.wait_until_finished(
             &caller,
-            entry,
+            &entry,
             &started.execution,
             Duration::from_secs(10),
             Questions::Forward {

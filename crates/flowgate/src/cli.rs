@@ -57,6 +57,14 @@ pub(crate) struct ServeArgs {
     /// The HTTP listen address [default: 0.0.0.0:$PORT when PORT is set, else 127.0.0.1:8080].
     #[arg(long, env = env_vars::LISTEN)]
     pub(crate) listen: Option<String>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (a listener of their own, never
+    /// beside `/mcp`), e.g. `127.0.0.1:9464`.
+    #[arg(long, env = env_vars::METRICS_LISTEN)]
+    pub(crate) metrics_listen: Option<String>,
+    /// Reload the manifest when its files change (SIGHUP always reloads it). Needs a manifest
+    /// file or folder.
+    #[arg(long, env = env_vars::WATCH)]
+    pub(crate) watch: bool,
     /// Serve over stdin/stdout instead of HTTP.
     #[arg(long)]
     pub(crate) stdio: bool,

@@ -97,6 +97,60 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         AUTH_KEYS_REFRESH_SECS,
         "the shortest time between two fetches of the signing keys (default 30)",
     ),
+    (
+        METRICS_LISTEN,
+        "serve Prometheus metrics at http://ADDR/metrics (its own listener)",
+    ),
+    (
+        WATCH,
+        "true: reload the manifest when its files change (SIGHUP always does)",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "export traces over OTLP to this collector (off when unset)",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "the traces' own OTLP endpoint (used as it is)",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "http/protobuf (default) or grpc; also OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "headers sent to the collector (k=v,k2=v2); also OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "how long an export may take (ms, default 10000)",
+    ),
+    (
+        "OTEL_SERVICE_NAME",
+        "the traces' service name (default flowgate)",
+    ),
+    (
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "more resource attributes for the traces (k=v,k2=v2)",
+    ),
+    (
+        "OTEL_TRACES_SAMPLER",
+        "the sampler (parentbased_always_on by default; traceidratio, ...)",
+    ),
+    (
+        "OTEL_TRACES_SAMPLER_ARG",
+        "the sampler's argument (a ratio)",
+    ),
+    ("OTEL_SDK_DISABLED", "true: export no traces"),
+    ("OTEL_TRACES_EXPORTER", "otlp (default) or none"),
+    (
+        "OTEL_BSP_SCHEDULE_DELAY",
+        "the longest time a span waits in the batch (ms, default 5000)",
+    ),
+    (
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        "spans kept for export at most; more are dropped (default 2048)",
+    ),
 ];
 
 pub(crate) const MANIFEST: &str = "FLOWGATE_MANIFEST";
@@ -127,3 +181,5 @@ pub(crate) const ALLOW_UNAUTHENTICATED: &str = "FLOWGATE_ALLOW_UNAUTHENTICATED";
 pub(crate) const AUTH_ALLOWED: &str = "FLOWGATE_AUTH_ALLOWED";
 pub(crate) const AUTH_UNTYPED_ACCESS_TOKENS: &str = "FLOWGATE_AUTH_UNTYPED_ACCESS_TOKENS";
 pub(crate) const AUTH_KEYS_REFRESH_SECS: &str = "FLOWGATE_AUTH_KEYS_REFRESH_SECS";
+pub(crate) const METRICS_LISTEN: &str = "FLOWGATE_METRICS_LISTEN";
+pub(crate) const WATCH: &str = "FLOWGATE_WATCH";

@@ -8,33 +8,47 @@
 
 use std::fmt;
 
+use flowgate_telemetry::{SPAN_TARGET, Traces};
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::field::{MakeVisitor, VisitFmt, VisitOutput};
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::env_vars;
 
-/// Installs the global subscriber.
-pub(crate) fn init(json: bool) {
+/// Installs the global subscriber: the log lines, and the trace pipeline's spans when there
+/// is one. Logs leave out the spans exported as traces (target [`SPAN_TARGET`]), so turning
+/// traces on changes no log line.
+pub(crate) fn init(json: bool, traces: Option<&Traces>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env(env_vars::LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    let filter = match format!("{SPAN_TARGET}=off").parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     // Colour only where a person reads it: a file or a pipe gets plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    let _ = if json {
-        builder
+    let lines = if json {
+        lines
             .fmt_fields(JsonFields::new())
             .event_format(JsonLines)
-            .try_init()
+            .with_filter(filter)
+            .boxed()
     } else {
-        builder.fmt_fields(TextFields).try_init()
+        lines.fmt_fields(TextFields).with_filter(filter).boxed()
     };
+    let _ = tracing_subscriber::registry()
+        .with(lines)
+        .with(traces.map(Traces::layer))
+        .try_init();
 }
 
 /// Whether logs should be JSON: `FLOWGATE_LOG_FORMAT`, else JSON on Lambda and Cloud Run.

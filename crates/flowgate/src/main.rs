@@ -25,8 +25,10 @@ mod lambda_payload;
 mod logging;
 mod platform_deadline;
 mod policy;
+mod reload;
 mod serve;
 mod setup;
+mod telemetry;
 
 /// mimalloc instead of the C library's allocator: a request allocates and frees many small
 /// blocks, which glibc's malloc served at a fifth of a poll's CPU (scripts/bench/profile), and

@@ -10,13 +10,12 @@ use flowgate_server::{FlowgateServer, ServerOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
-use crate::{env_vars, keys, logging, setup};
+use crate::{env_vars, keys, logging, setup, telemetry};
 
 /// How long in-flight requests may finish after SIGTERM.
 const DRAIN: Duration = Duration::from_secs(8);
 
 pub(crate) fn run(args: ServeArgs) -> ExitCode {
-    logging::init(logging::wants_json());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -27,7 +26,27 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(args))
+    let traces = match runtime.block_on(async { telemetry::traces() }) {
+        Ok(traces) => traces,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    logging::init(logging::wants_json(), traces.as_ref());
+    if let Some(traces) = &traces {
+        tracing::info!(
+            protocol = traces.protocol,
+            "exporting traces to {}",
+            traces.endpoint
+        );
+    }
+    let exit = runtime.block_on(serve(args, traces.clone()));
+    // Spans of the last requests go out before the process ends.
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    exit
 }
 
 /// The listen address: `--listen`/`FLOWGATE_LISTEN`, else every interface on `$PORT`, else
@@ -78,7 +97,14 @@ fn sync_wait_within(sync_wait: Duration, request_timeout: Option<Duration>) -> D
 #[cfg(feature = "local")]
 const EXPIRY_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 
-async fn serve(args: ServeArgs) -> ExitCode {
+async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> ExitCode {
+    // Metrics first: the engines bound below count their calls in them.
+    if let Some(address) = &args.metrics_listen
+        && let Err(e) = telemetry::serve_metrics(address).await
+    {
+        eprintln!("flowgate: {e}");
+        return ExitCode::FAILURE;
+    }
     let state_dir = setup::state_dir(args.state_dir.clone());
     let registry = setup::registry(state_dir.as_deref().unwrap_or(Path::new("")));
     let Some(tools) = setup::tool_set(args.manifest.as_deref(), &registry) else {
@@ -131,6 +157,9 @@ async fn serve(args: ServeArgs) -> ExitCode {
         max_holds_per_caller: args.max_holds_per_caller,
     };
     let tool_count = tools.iter().count();
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.loaded(tool_count);
+    }
     let mut scopes: Vec<String> = tools.iter().flat_map(|t| t.spec.scopes.clone()).collect();
     scopes.sort();
     scopes.dedup();
@@ -160,6 +189,28 @@ async fn serve(args: ServeArgs) -> ExitCode {
         tracing::info!(auth_mode = %identity.mode(), "callers are authenticated");
     }
     let server = FlowgateServer::new(tools, keys, options);
+    // SIGHUP (and with --watch, a change to the manifest's files) reloads the tools.
+    let watched = match crate::reload::watched(args.manifest.as_deref(), args.watch) {
+        Ok(watched) => watched,
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match crate::reload::Triggers::new(watched.as_deref()) {
+        Ok(triggers) => {
+            tokio::spawn(crate::reload::serve(
+                server.clone(),
+                args.manifest.clone(),
+                registry,
+                triggers,
+            ));
+        }
+        Err(e) => {
+            eprintln!("flowgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     if args.stdio {
         tracing::info!(tools = tool_count, "serving MCP on stdio");
         return match flowgate_server::stdio::serve(server).await {
@@ -189,6 +240,10 @@ async fn serve(args: ServeArgs) -> ExitCode {
         },
     );
     if let Some(mode) = invoke_mode {
+        let app = match traces {
+            Some(traces) => telemetry::flush_after_each_request(app, traces),
+            None => app,
+        };
         return serve_lambda(app, mode, tool_count).await;
     }
     // Cloud Run ends a request after the service's timeoutSeconds: every wait of a request

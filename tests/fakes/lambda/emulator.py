@@ -67,8 +67,11 @@ Shortcuts (what it does not do as Lambda does):
   read-only mount (the task root is the working directory and `LAMBDA_TASK_ROOT`; a configured
   variable's leading `/var/task` is replaced by the task root) and /tmp is a per-sandbox folder
   named by TMPDIR (and substituted for a leading `/tmp` the same way). No memory limit.
-- Sandboxes are never frozen between invocations: a process's background threads keep running
-  (Lambda freezes them), and idle sandboxes are not reclaimed except by `POST /_emulator/reset`.
+- Sandboxes are frozen between invocations only with `--freeze` (as Lambda freezes them: once
+  the runtime asks `/next` with no invocation waiting, until its next one): without it a
+  process's background threads keep running. Freezing stops the runtime's process group
+  (SIGSTOP, SIGCONT), not a cgroup: a process that started a session of its own keeps running.
+  Idle sandboxes are not reclaimed except by `POST /_emulator/reset`.
 - Init: no 10 s retry inside the invoke's timeout (an init over 10 s fails the invocation),
   no SnapStart, no extensions API, no Telemetry/Logs API; logs go to this process's stderr.
 - The Function URL checks SigV4 in the Authorization header only (no presigned query strings),
@@ -241,6 +244,26 @@ class Sandbox:
                                  f"RequestId: {current.request_id} Error: Runtime exited with error: exit status {code}")
         self.ready.set()  # wake a waiting init
 
+    def freeze_if_idle(self) -> bool:
+        """Freezes the runtime (--freeze) when no invocation waits for it; whether it did."""
+        process = self.process
+        if not self.service.freeze or process is None or not self.pending.empty():
+            return False
+        try:
+            os.killpg(process.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return False
+        self.service.count("freezes")
+        return True
+
+    def thaw(self) -> None:
+        process = self.process
+        if process is not None:
+            try:
+                os.killpg(process.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
     def kill(self, why: str) -> None:
         with self.lock:
             process = self.process
@@ -315,6 +338,9 @@ def _runtime_handler(sandbox: Sandbox):
                 return self._send(404, {"errorType": "NotFound", "errorMessage": "not found"})
             generation = sandbox.generation
             pending = sandbox.pending
+            # The invoke phase is over: with --freeze, nothing of the runtime runs until the
+            # next invocation is handed over.
+            frozen = sandbox.freeze_if_idle()
             sandbox.ready.set()
             while True:
                 try:
@@ -325,6 +351,8 @@ def _runtime_handler(sandbox: Sandbox):
                         # This runtime was killed; its connection dies with it.
                         self.close_connection = True
                         return
+            if frozen:
+                sandbox.thaw()
             now = time.time()
             inv.deadline_ms = int((now + sandbox.service.timeout) * 1000)
             inv.delivered.set()
@@ -488,10 +516,11 @@ class LambdaService:
         self.max_sandboxes = args.max_sandboxes
         self.env = dict(e.split("=", 1) for e in args.env)
         self.pass_env = list(args.pass_env)
+        self.freeze = bool(args.freeze)
         self.lock = threading.Lock()
         self.sandboxes: list[Sandbox] = []
         self.counters = {"inits": 0, "timeouts": 0, "kills": 0, "invocations": 0,
-                         "throttles": 0}
+                         "throttles": 0, "freezes": 0}
 
     def count(self, name: str, n: int = 1) -> None:
         with self.lock:
@@ -991,6 +1020,8 @@ def main() -> None:
                    help="a variable of this process given to the function (role credentials, endpoints)")
     p.add_argument("--host", default="abc123xyz.lambda-url.us-east-1.on.aws")
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--freeze", action="store_true",
+                   help="freeze each sandbox's runtime between invocations, as Lambda does")
     p.add_argument("--exit-with-stdin", action="store_true",
                    help="stop (and kill every sandbox) when standard input closes: the test that started it is gone")
     opts = p.parse_args()

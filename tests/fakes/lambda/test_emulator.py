@@ -1,8 +1,8 @@
 """The Lambda emulator's own behaviour, with a scripted runtime (tests/fakes/lambda/runtime_script.py)
 in place of flowgate: the invocation headers, the deadline and the sandbox reset after it, one
 invocation at a time per sandbox, the 6 MB buffered limit (413 to the runtime, 502 to the URL's
-caller), the streaming protocol (prelude, 8 NUL bytes, chunks), SigV4 at the Function URL, and
-the Invoke API's error objects.
+caller), the streaming protocol (prelude, 8 NUL bytes, chunks), SigV4 at the Function URL, the
+Invoke API's error objects, and sandboxes frozen between invocations (--freeze).
 
     python3 -m unittest tests/fakes/lambda/test_emulator.py     (scripts/test runs it)
 
@@ -190,6 +190,25 @@ class StreamingMode(unittest.TestCase):
         r = self.emu.url_call({"do": "http", "status": 201, "body": "created"})
         self.assertEqual(r.status, 200)
         self.assertEqual(json.loads(r.read())["statusCode"], 201)
+
+
+class Freezing(unittest.TestCase):
+    """With --freeze, nothing of the runtime runs between invocations; without it, it does."""
+
+    def ticks_while_idle(self, *extra: str) -> int:
+        emu = Emulator(*extra)
+        try:
+            first = json.loads(emu.invoke({"do": "ticks"})[2])["ticks"]
+            time.sleep(1.5)
+            second = json.loads(emu.invoke({"do": "ticks"})[2])["ticks"]
+            self.assertEqual(emu.state()["freezes"] > 0, "--freeze" in extra)
+            return second - first
+        finally:
+            emu.close()
+
+    def test_a_frozen_sandbox_does_nothing_between_invocations(self) -> None:
+        self.assertLessEqual(self.ticks_while_idle("--freeze"), 2)
+        self.assertGreaterEqual(self.ticks_while_idle(), 10)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ pub(crate) async fn authenticate(
                 }
                 let anonymous = Caller::anonymous(request_id);
                 audit::refused(&anonymous, refused.audit_reason(), None, None);
+                if let Some(metrics) = flowgate_telemetry::metrics::get() {
+                    metrics.auth_refused(refused.audit_reason());
+                }
                 return refusal(identity.as_ref(), &refused);
             }
         },

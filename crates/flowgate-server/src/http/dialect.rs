@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::origins::Guard;
 use super::{poll, resume};
@@ -94,7 +95,10 @@ pub(crate) async fn serve_2025(
     // The caller is gone when this request is dropped (its connection closed).
     let gone = CancellationToken::new();
     let on_drop = gone.clone().drop_guard();
-    let handled = dialect_2025::handle(&server, &caller.with_gone(gone), &message, None).await;
+    let span = caller.span().clone();
+    let handled = dialect_2025::handle(&server, &caller.with_gone(gone), &message, None)
+        .instrument(span)
+        .await;
     on_drop.disarm();
     match handled {
         Handled::Reply(answer) => json(&dialect_2025::reply_json(message.id.as_ref(), &answer)),
@@ -129,8 +133,11 @@ fn stream(
             resumable: true,
             end_at_question: buffered,
         };
+        let span = caller.span().clone();
         if let Handled::Reply(answer) =
-            dialect_2025::handle(&server, &caller, &message, Some(outbox)).await
+            dialect_2025::handle(&server, &caller, &message, Some(outbox))
+                .instrument(span)
+                .await
         {
             let _ = events.unbounded_send(dialect_2025::reply_json(message.id.as_ref(), &answer));
         }

@@ -26,6 +26,7 @@ use rmcp::model::{
 use serde::Deserialize as _;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::origins::Guard;
 use crate::jsonrpc::Incoming;
@@ -100,7 +101,13 @@ pub(crate) async fn answer(server: &FlowgateServer, caller: &Caller, poll: Poll<
     let gone = CancellationToken::new();
     let on_drop = gone.clone().drop_guard();
     let caller = caller.clone().with_gone(gone);
-    let got = server.task_get(&caller, poll.task_id).await;
+    // Inside the request's span, as rmcp's handler runs it (module `observe` made the span and
+    // records the answer's outcome; `task_get` counts the poll by tool).
+    let span = caller.span().clone();
+    let got = server
+        .task_get(&caller, poll.task_id)
+        .instrument(span)
+        .await;
     on_drop.disarm();
     let message = match got {
         Ok(view) => ServerJsonRpcMessage::response(

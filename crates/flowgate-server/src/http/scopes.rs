@@ -41,18 +41,18 @@ pub(crate) async fn require_scopes(
     if message.method() != "tools/call" {
         return next.run(request).await;
     }
-    let Some((name, required)) = message
-        .name()
-        .and_then(|n| check.server.inner.tools.get(n))
-        .map(|t| (t.spec.name.as_str(), &t.spec.scopes))
-    else {
+    let Some(entry) = message.name().and_then(|n| check.server.tool_entry(n)) else {
         return next.run(request).await;
     };
+    let (name, required) = (entry.spec.name.as_str(), &entry.spec.scopes);
     if caller.may_use(required) {
         return next.run(request).await;
     }
     tracing::info!(tool = name, "refused a call: insufficient scope");
     audit::refused(caller, "insufficient_scope", Some(name), None);
+    if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        metrics.auth_refused("insufficient_scope");
+    }
     refusal(
         check.identity.as_ref(),
         &Refused::insufficient_scope(

@@ -47,6 +47,9 @@ pub(crate) struct Config<'a> {
     pub(crate) auth_type: &'a str,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) max_sandboxes: u32,
+    /// Sandboxes frozen between invocations, as Lambda freezes them (the emulator's
+    /// `--freeze`; off by default because the local engine's runs would freeze with them).
+    pub(crate) freeze: bool,
 }
 
 impl Default for Config<'_> {
@@ -59,6 +62,7 @@ impl Default for Config<'_> {
             auth_type: "AWS_IAM",
             env: vec![("FLOWGATE_AUTH_MODE".into(), "aws-iam".into())],
             max_sandboxes: 4,
+            freeze: false,
         }
     }
 }
@@ -66,7 +70,7 @@ impl Default for Config<'_> {
 /// A running emulator with a function whose runtime is [`function_bin`].
 pub(crate) struct Lambda {
     child: Child,
-    _stdin: ChildStdin,
+    stdin: Option<ChildStdin>,
     pub(crate) function_url: String,
     pub(crate) invoke_api: String,
     pub(crate) signing_proxy: String,
@@ -122,6 +126,9 @@ impl Lambda {
             .args(["--iam-user", &format!("AKIDCALLER1:caller-secret:{CALLER}")])
             .args(["--iam-user", &format!("AKIDOTHER01:other-secret:{OTHER}")])
             .arg("--exit-with-stdin");
+        if config.freeze {
+            cmd.arg("--freeze");
+        }
         let mut env: Vec<(String, String)> = vec![
             ("FLOWGATE_STATE_DIR".into(), task_root.display().to_string()),
             ("FLOWGATE_HANDLE_KEYS".into(), KEY.into()),
@@ -158,7 +165,7 @@ impl Lambda {
             invoke_api: field("invoke_api"),
             signing_proxy: field("signing_proxy"),
             child,
-            _stdin: stdin,
+            stdin: Some(stdin),
             http: reqwest::Client::new(),
         }
     }
@@ -238,7 +245,16 @@ impl Lambda {
 
 impl Drop for Lambda {
     fn drop(&mut self) {
-        // Closing stdin stops the emulator and its sandboxes; kill it if it lingers.
+        // Closing stdin stops the emulator and its sandboxes (frozen ones too, which would not
+        // notice the emulator gone); kill it if it lingers.
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -860,6 +876,67 @@ async fn a_buffered_tasks_result_ends_at_the_question() {
         "it ended at the question, not at the deadline"
     );
     assert_eq!(lambda.state().await["timeouts"], 0);
+}
+
+#[tokio::test]
+async fn each_invocations_spans_are_exported_before_it_answers() {
+    // Sandboxes frozen between invocations as Lambda freezes them, and the batch's default
+    // delay (5 s): only the export at the end of each invocation, before its answer, can have
+    // delivered its spans by the time the answer arrives.
+    let state = tempfile::tempdir().expect("tempdir");
+    let service = crate::telemetry::unique("flowgate-lambda");
+    let endpoint = crate::telemetry::otlp_http();
+    let lambda = Lambda::start_with(
+        state.path(),
+        Config {
+            env: vec![
+                ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint),
+                ("OTEL_SERVICE_NAME".into(), service.clone()),
+            ],
+            freeze: true,
+            ..Config::default()
+        },
+    );
+    let created = lambda
+        .mcp(
+            "tools/call",
+            "long_job",
+            json!({"name": "long_job", "arguments": {"steps": 1}}),
+        )
+        .await;
+    let task = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {created}"))
+        .to_owned();
+    let spans = crate::telemetry::spans(&service).await;
+    let start = spans
+        .iter()
+        .find(|s| s["name"] == "local start")
+        .unwrap_or_else(|| panic!("the invocation's spans were not exported: {spans:#?}"));
+    let call = spans
+        .iter()
+        .find(|s| s["name"] == "tools/call long_job")
+        .unwrap_or_else(|| panic!("no request span: {spans:#?}"));
+    assert_eq!(start["parent_span_id"], call["span_id"]);
+    // The caller's issuer is on the request's span; its identity (the ARN) is not.
+    assert_eq!(call["attributes"]["flowgate.principal.issuer"], "aws:iam");
+    assert!(
+        !spans.iter().any(|s| s.to_string().contains(CALLER)),
+        "{spans:#?}"
+    );
+    // The next invocation, in the thawed sandbox, exports its own before answering too.
+    let got = lambda
+        .mcp("tasks/get", &task, json!({"taskId": task}))
+        .await;
+    assert!(got.get("result").is_some(), "{got}");
+    let spans = crate::telemetry::spans(&service).await;
+    let poll = spans
+        .iter()
+        .find(|s| s["name"] == "tasks/get")
+        .unwrap_or_else(|| panic!("the second invocation's spans were not exported: {spans:#?}"));
+    assert_eq!(poll["attributes"]["flowgate.tool"], "long_job");
+    assert!(lambda.state().await["freezes"].as_u64() >= Some(1));
 }
 
 /// A client without tasks behind a 6 s function, with the default 60 s synchronous wait: the

@@ -1,0 +1,312 @@
+//! Every engine call, traced and counted in one place: [`Instrumented`], a decorator the server
+//! puts around each tool's engine.
+//!
+//! Each call (each attempt, when the server retries) gets a span (`flowgate.engine`,
+//! `flowgate.operation`, `flowgate.tool`, `flowgate.status`, `flowgate.throttled`,
+//! `flowgate.retry`, `flowgate.attempt`, and `flowgate.task.state` for a read) whose parent is
+//! the request being served, and counts in `flowgate_engine_calls_total` and
+//! `flowgate_engine_call_duration_seconds`. Adapters add what only they know through
+//! [`flowgate_core::observe`]: a throttled answer of the engine's API marks the call's span even
+//! when the adapter answered from what it had already read.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use flowgate_core::{
+    Capabilities, Engine, EngineError, ExecutionRecord, ExecutionRef, ExecutionSummary,
+    InputResponse, ListFilter, StartRequest, Started, TaskState,
+};
+use tracing::Instrument as _;
+use tracing::field::Empty;
+
+use crate::SPAN_TARGET;
+use crate::metrics::{Metrics, ToolName};
+
+tokio::task_local! {
+    /// Which attempt of a call the current engine call is (1 for the first).
+    static ATTEMPT: u32;
+}
+
+/// Runs `call` as attempt `attempt` of an engine call: the server's retry policy wraps each
+/// attempt in this, so the engine's span says whether it is a retry.
+pub async fn attempt<F: Future>(attempt: u32, call: F) -> F::Output {
+    ATTEMPT.scope(attempt, call).await
+}
+
+fn current_attempt() -> u32 {
+    ATTEMPT.try_with(|a| *a).unwrap_or(1)
+}
+
+/// The value of the `status` field and the `outcome` label for a call's result.
+pub fn outcome(error: Option<&EngineError>) -> &'static str {
+    match error {
+        None => "ok",
+        Some(EngineError::NotFound { .. }) => "not_found",
+        Some(EngineError::InvalidInput { .. }) => "invalid_input",
+        Some(EngineError::Denied { .. }) => "denied",
+        Some(EngineError::Throttled { .. }) => "throttled",
+        Some(EngineError::Unavailable { .. }) => "unavailable",
+        Some(EngineError::Timeout { .. }) => "timeout",
+        Some(EngineError::Misconfigured { .. }) => "misconfigured",
+        Some(EngineError::Unsupported { .. }) => "unsupported",
+        Some(_) => "error",
+    }
+}
+
+/// An engine whose every call is traced and counted, under its tool's name.
+#[derive(Debug)]
+pub struct Instrumented<E> {
+    inner: E,
+    tool: ToolName,
+    metrics: Option<&'static Metrics>,
+}
+
+impl<E: Engine> Instrumented<E> {
+    /// `inner`, serving `tool`, counted in the process's metrics when they are on.
+    pub fn new(inner: E, tool: &str) -> Self {
+        Self::with_metrics(inner, tool, crate::metrics::get())
+    }
+
+    /// `inner`, serving `tool`, counted in `metrics`.
+    pub fn with_metrics(inner: E, tool: &str, metrics: Option<&'static Metrics>) -> Self {
+        Instrumented {
+            inner,
+            tool: tool.into(),
+            metrics,
+        }
+    }
+
+    /// The engine being decorated.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+
+    async fn observed<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, EngineError>>,
+        state: impl FnOnce(&T) -> Option<TaskState>,
+    ) -> Result<T, EngineError> {
+        let engine = self.inner.kind();
+        let attempt = current_attempt();
+        let span = tracing::info_span!(
+            target: SPAN_TARGET,
+            "engine call",
+            otel.name = format_args!("{engine} {operation}").to_string(),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            otel.status_description = Empty,
+            flowgate.engine = engine,
+            flowgate.operation = operation,
+            flowgate.tool = &*self.tool,
+            flowgate.retry = attempt > 1,
+            flowgate.attempt = i64::from(attempt),
+            flowgate.status = Empty,
+            flowgate.throttled = Empty,
+            flowgate.task.state = Empty,
+        );
+        if span.is_disabled() && self.metrics.is_none() {
+            return call.await;
+        }
+        let began = Instant::now();
+        let result = call.instrument(span.clone()).await;
+        let took = began.elapsed();
+        let outcome = outcome(result.as_ref().err());
+        if !span.is_disabled() {
+            record(&span, outcome, &result, state);
+        }
+        if let Some(metrics) = self.metrics {
+            metrics.engine_call(&self.tool, engine, operation, outcome, took);
+            if attempt > 1 {
+                metrics.engine_retry(&self.tool, engine, operation);
+            }
+        }
+        result
+    }
+}
+
+fn record<T>(
+    span: &tracing::Span,
+    outcome: &'static str,
+    result: &Result<T, EngineError>,
+    state: impl FnOnce(&T) -> Option<TaskState>,
+) {
+    span.record("flowgate.status", outcome);
+    match result {
+        Ok(value) => {
+            if let Some(state) = state(value) {
+                span.record("flowgate.task.state", state.as_str());
+            }
+        }
+        Err(e) => {
+            if matches!(e, EngineError::Throttled { .. }) {
+                span.record("flowgate.throttled", true);
+            }
+            // A missing execution is an answer, not a fault of the call.
+            if !e.is_not_found() {
+                span.record("otel.status_code", "error");
+                span.record("otel.status_description", outcome);
+            }
+        }
+    }
+}
+
+fn record_state(record: &ExecutionRecord) -> Option<TaskState> {
+    Some(record.state)
+}
+
+fn no_state<T>(_: &T) -> Option<TaskState> {
+    None
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl<E: Engine> Engine for Instrumented<E> {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn retention_ms(&self) -> Option<u64> {
+        self.inner.retention_ms()
+    }
+
+    fn pacing(&self) -> Option<Duration> {
+        self.inner.pacing()
+    }
+
+    async fn run_sync(&self, request: StartRequest) -> Result<ExecutionRecord, EngineError> {
+        self.observed("run_sync", self.inner.run_sync(request), record_state)
+            .await
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
+        self.observed("start", self.inner.start(request), no_state)
+            .await
+    }
+
+    fn execution_for(&self, request: &StartRequest) -> Option<ExecutionRef> {
+        self.inner.execution_for(request)
+    }
+
+    async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
+        self.observed("get", self.inner.get(execution), record_state)
+            .await
+    }
+
+    async fn respond(
+        &self,
+        execution: &ExecutionRef,
+        key: &str,
+        response: InputResponse,
+    ) -> Result<(), EngineError> {
+        self.observed(
+            "respond",
+            self.inner.respond(execution, key, response),
+            no_state,
+        )
+        .await
+    }
+
+    async fn cancel(&self, execution: &ExecutionRef) -> Result<(), EngineError> {
+        self.observed("cancel", self.inner.cancel(execution), no_state)
+            .await
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<Vec<ExecutionSummary>, EngineError> {
+        self.observed("list", self.inner.list(filter), no_state)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use flowgate_core::testing::FakeEngine;
+    use serde_json::json;
+
+    use super::*;
+
+    fn leak(metrics: Metrics) -> &'static Metrics {
+        Box::leak(Box::new(metrics))
+    }
+
+    #[tokio::test]
+    async fn calls_are_counted_by_operation_and_outcome_and_retries_are_marked() {
+        let metrics = leak(Metrics::new());
+        let engine = Instrumented::with_metrics(FakeEngine::new(), "etl", Some(metrics));
+        let request = StartRequest::new("etl", json!({"script": []}), "p");
+        let started = engine.start(request).await.expect("start");
+        engine.get(&started.execution).await.expect("get");
+        let missing = ExecutionRef("nope".into());
+        let again = attempt(2, engine.get(&missing)).await;
+        assert!(again.is_err_and(|e| e.is_not_found()));
+        let text = metrics.encode();
+        for line in [
+            "flowgate_engine_calls_total{tool=\"etl\",engine=\"fake\",operation=\"start\",outcome=\"ok\"} 1",
+            "flowgate_engine_calls_total{tool=\"etl\",engine=\"fake\",operation=\"get\",outcome=\"ok\"} 1",
+            "flowgate_engine_calls_total{tool=\"etl\",engine=\"fake\",operation=\"get\",outcome=\"not_found\"} 1",
+            "flowgate_engine_call_duration_seconds_count{tool=\"etl\",engine=\"fake\",operation=\"get\"} 2",
+            "flowgate_engine_retries_total{tool=\"etl\",engine=\"fake\",operation=\"get\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            !text.contains("operation=\"start\"} 1\nflowgate_engine_retries"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_decorator_changes_no_answer() {
+        // The conformance suite every adapter passes, through the decorator.
+        use flowgate_core::conformance::{
+            Case, Fixture, LoseNextStartAnswer, TransientReadFault, run_all,
+        };
+        let metrics = leak(Metrics::new());
+        let fake = FakeEngine::new();
+        let engine: Arc<dyn Engine> = Arc::new(Instrumented::with_metrics(
+            fake.clone(),
+            "etl",
+            Some(metrics),
+        ));
+        let case = |script: serde_json::Value| Case {
+            engine: Arc::clone(&engine),
+            arguments: json!({ "script": script }),
+        };
+        let fixture = Fixture {
+            success: case(json!([{"work": 50, "status": "step 1"}, {"succeed": {"n": 1}}])),
+            expected_output: json!({"n": 1}),
+            failure: case(json!([{"work": 20}, {"fail": "Boom", "cause": "it broke"}])),
+            expected_failure: "it broke".into(),
+            slow: case(json!([{"work": 60_000}])),
+            asks: Some(case(
+                json!([{"work": 20}, {"ask": "Name?"}, {"succeed": "$answer"}]),
+            )),
+            answer: json!({"answer": "Alice"}),
+            timeout: Duration::from_secs(10),
+            lose_next_start_answer: Some(LoseNextStartAnswer(Arc::new({
+                let fake = fake.clone();
+                move || fake.lose_next_start_answer()
+            }))),
+            transient_read_fault: Some(TransientReadFault(Arc::new({
+                let fake = fake.clone();
+                move |skip| fake.arm_read_fault(skip)
+            }))),
+        };
+        run_all(&fixture).await;
+        assert!(
+            metrics
+                .encode()
+                .contains("operation=\"cancel\",outcome=\"ok\"} ")
+        );
+    }
+}

@@ -1,0 +1,538 @@
+//! The Prometheus metrics flowgate keeps, and their one registry.
+//!
+//! Names follow Prometheus' conventions: the `flowgate_` prefix, base units in the name
+//! (`_seconds`), `_total` on counters (the OpenMetrics encoder adds it to a counter's family
+//! name). Label values are bounded: tool names come from the manifest, engines, operations,
+//! outcomes, states and reasons from fixed lists, never from a request.
+//!
+//! The process keeps one [`Metrics`], made by [`enable`] when `--metrics-listen` is given;
+//! until then [`get`] is `None` and nothing is counted (an `Option` check on each event).
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Upper bounds (seconds) of the engine-call latency buckets: a local read takes a millisecond,
+/// a cloud API call tens to hundreds, a start with retries seconds, and calls end by 20 s.
+const LATENCY_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A tool name as a label value (shared, so counting a call does not copy it).
+pub type ToolName = Arc<str>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EngineCall {
+    tool: ToolName,
+    engine: &'static str,
+    operation: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EngineOperation {
+    tool: ToolName,
+    engine: &'static str,
+    operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EngineKind {
+    engine: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskOf {
+    tool: ToolName,
+    engine: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskCancelled {
+    tool: ToolName,
+    engine: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskFinished {
+    tool: ToolName,
+    engine: &'static str,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolOnly {
+    tool: ToolName,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Request {
+    method: &'static str,
+    outcome: &'static str,
+    code: Option<i64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Method {
+    method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadResult {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Build {
+    version: &'static str,
+}
+
+/// Every metric flowgate exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    engine_calls: Family<EngineCall, Counter>,
+    engine_call_duration: Family<EngineOperation, Histogram>,
+    engine_retries: Family<EngineOperation, Counter>,
+    engine_throttles: Family<EngineKind, Counter>,
+    tasks_started: Family<TaskOf, Counter>,
+    tasks_answered: Family<TaskOf, Counter>,
+    tasks_cancelled: Family<TaskCancelled, Counter>,
+    tasks_finished: Family<TaskFinished, Counter>,
+    tasks_get: Family<ToolOnly, Counter>,
+    poll_interval: Family<ToolOnly, Gauge<f64, AtomicU64>>,
+    auth_refusals: Family<Reason, Counter>,
+    requests: Family<Request, Counter>,
+    request_duration: Family<Method, Histogram>,
+    reloads: Family<ReloadResult, Counter>,
+    last_reload_successful: Gauge,
+    last_reload_success_time: Gauge<f64, AtomicU64>,
+    tools: Gauge,
+    /// Each tool's engine, for the task events (which name only the tool).
+    engines: RwLock<HashMap<ToolName, &'static str>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every family registered, `flowgate_build_info` set, no other series yet.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("flowgate");
+        let engine_calls = Family::<EngineCall, Counter>::default();
+        registry.register(
+            "engine_calls",
+            "Engine calls (one per attempt) by tool, engine, operation and outcome",
+            engine_calls.clone(),
+        );
+        let engine_call_duration = Family::<EngineOperation, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register_with_unit(
+            "engine_call_duration",
+            "How long engine calls took, by tool, engine and operation",
+            Unit::Seconds,
+            engine_call_duration.clone(),
+        );
+        let engine_retries = Family::<EngineOperation, Counter>::default();
+        registry.register(
+            "engine_retries",
+            "Engine calls that were retries of a call that failed for a passing reason",
+            engine_retries.clone(),
+        );
+        let engine_throttles = Family::<EngineKind, Counter>::default();
+        registry.register(
+            "engine_throttles",
+            "Answers of an engine's API that refused a call for its rate limit",
+            engine_throttles.clone(),
+        );
+        let tasks_started = Family::<TaskOf, Counter>::default();
+        registry.register(
+            "tasks_started",
+            "Executions started (tasks created, synchronous calls begun) by tool and engine",
+            tasks_started.clone(),
+        );
+        let tasks_answered = Family::<TaskOf, Counter>::default();
+        registry.register(
+            "tasks_answered",
+            "tasks/update calls whose answers reached the engine, by tool and engine",
+            tasks_answered.clone(),
+        );
+        let tasks_cancelled = Family::<TaskCancelled, Counter>::default();
+        registry.register(
+            "tasks_cancelled",
+            "Cancellations the engine accepted, by tool, engine and reason (client, hung_up, sync_wait)",
+            tasks_cancelled.clone(),
+        );
+        let tasks_finished = Family::<TaskFinished, Counter>::default();
+        registry.register(
+            "tasks_finished",
+            "Executions this instance first saw in a terminal state, by tool, engine and state",
+            tasks_finished.clone(),
+        );
+        let tasks_get = Family::<ToolOnly, Counter>::default();
+        registry.register(
+            "tasks_get",
+            "tasks/get requests answered, by tool",
+            tasks_get.clone(),
+        );
+        let poll_interval = Family::<ToolOnly, Gauge<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "poll_interval",
+            "The pollIntervalMs last advertised for a tool's task, in seconds",
+            Unit::Seconds,
+            poll_interval.clone(),
+        );
+        let auth_refusals = Family::<Reason, Counter>::default();
+        registry.register(
+            "auth_refusals",
+            "Requests refused before reaching a tool, by reason",
+            auth_refusals.clone(),
+        );
+        let requests = Family::<Request, Counter>::default();
+        registry.register(
+            "mcp_requests",
+            "MCP requests answered, by method, outcome (ok, error, refused) and JSON-RPC error code",
+            requests.clone(),
+        );
+        let request_duration = Family::<Method, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register_with_unit(
+            "mcp_request_duration",
+            "How long MCP requests took to answer, by method",
+            Unit::Seconds,
+            request_duration.clone(),
+        );
+        let reloads = Family::<ReloadResult, Counter>::default();
+        registry.register(
+            "manifest_reloads",
+            "Manifest reloads by result (ok, error)",
+            reloads.clone(),
+        );
+        let last_reload_successful = Gauge::default();
+        last_reload_successful.set(1);
+        registry.register(
+            "manifest_last_reload_successful",
+            "Whether the last manifest reload succeeded (1) or kept the previous tools (0)",
+            last_reload_successful.clone(),
+        );
+        let last_reload_success_time = Gauge::<f64, AtomicU64>::default();
+        last_reload_success_time.set(unix_now());
+        registry.register_with_unit(
+            "manifest_last_reload_success_timestamp",
+            "When the tools being served were loaded (Unix time)",
+            Unit::Seconds,
+            last_reload_success_time.clone(),
+        );
+        let tools = Gauge::default();
+        registry.register("tools", "Tools being served", tools.clone());
+        let build = Family::<Build, Gauge>::default();
+        build
+            .get_or_create(&Build {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "The running flowgate's version (always 1)",
+            build,
+        );
+        Metrics {
+            registry,
+            engine_calls,
+            engine_call_duration,
+            engine_retries,
+            engine_throttles,
+            tasks_started,
+            tasks_answered,
+            tasks_cancelled,
+            tasks_finished,
+            tasks_get,
+            poll_interval,
+            auth_refusals,
+            requests,
+            request_duration,
+            reloads,
+            last_reload_successful,
+            last_reload_success_time,
+            tools,
+            engines: RwLock::default(),
+        }
+    }
+
+    /// The exposition (OpenMetrics text, which Prometheus scrapes natively).
+    pub fn encode(&self) -> String {
+        let mut text = String::with_capacity(8192);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// One engine call (one attempt) and how long it took.
+    pub fn engine_call(
+        &self,
+        tool: &ToolName,
+        engine: &'static str,
+        operation: &'static str,
+        outcome: &'static str,
+        took: Duration,
+    ) {
+        self.engine_calls
+            .get_or_create(&EngineCall {
+                tool: Arc::clone(tool),
+                engine,
+                operation,
+                outcome,
+            })
+            .inc();
+        self.engine_call_duration
+            .get_or_create(&EngineOperation {
+                tool: Arc::clone(tool),
+                engine,
+                operation,
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// An engine call that retried one that failed for a passing reason.
+    pub fn engine_retry(&self, tool: &ToolName, engine: &'static str, operation: &'static str) {
+        self.engine_retries
+            .get_or_create(&EngineOperation {
+                tool: Arc::clone(tool),
+                engine,
+                operation,
+            })
+            .inc();
+    }
+
+    /// A throttled answer of an engine's API.
+    pub fn engine_throttled(&self, engine: &'static str) {
+        self.engine_throttles
+            .get_or_create(&EngineKind { engine })
+            .inc();
+    }
+
+    /// `tool` runs on `engine` (the task events name only the tool). A tool a reload removed
+    /// keeps its engine: its tasks still answer.
+    pub fn tool_engine(&self, tool: &str, engine: &'static str) {
+        let mut engines = self.engines.write().unwrap_or_else(|p| p.into_inner());
+        if engines.get(tool) != Some(&engine) {
+            engines.insert(tool.into(), engine);
+        }
+    }
+
+    /// `tool`, shared, and its engine.
+    fn task_of(&self, tool: &str) -> TaskOf {
+        let engines = self.engines.read().unwrap_or_else(|p| p.into_inner());
+        match engines.get_key_value(tool) {
+            Some((name, engine)) => TaskOf {
+                tool: Arc::clone(name),
+                engine,
+            },
+            None => TaskOf {
+                tool: tool.into(),
+                engine: "unknown",
+            },
+        }
+    }
+
+    /// An execution started for `tool`.
+    pub fn task_started(&self, tool: &str) {
+        self.tasks_started.get_or_create(&self.task_of(tool)).inc();
+    }
+
+    /// Answers delivered to an execution of `tool`.
+    pub fn task_answered(&self, tool: &str) {
+        self.tasks_answered.get_or_create(&self.task_of(tool)).inc();
+    }
+
+    /// A cancellation the engine accepted (`reason`: `client`, `hung_up`, `sync_wait`).
+    pub fn task_cancelled(&self, tool: &str, reason: &'static str) {
+        let TaskOf { tool, engine } = self.task_of(tool);
+        self.tasks_cancelled
+            .get_or_create(&TaskCancelled {
+                tool,
+                engine,
+                reason,
+            })
+            .inc();
+    }
+
+    /// An execution of `tool` seen in a terminal `state` for the first time.
+    pub fn task_finished(&self, tool: &str, state: &'static str) {
+        let TaskOf { tool, engine } = self.task_of(tool);
+        self.tasks_finished
+            .get_or_create(&TaskFinished {
+                tool,
+                engine,
+                state,
+            })
+            .inc();
+    }
+
+    /// A `tasks/get` answered for a task of `tool`, advertising `poll_interval`.
+    pub fn task_get(&self, tool: &str, poll_interval: Option<Duration>) {
+        let tool: ToolName = tool.into();
+        if let Some(interval) = poll_interval {
+            self.poll_interval
+                .get_or_create(&ToolOnly {
+                    tool: Arc::clone(&tool),
+                })
+                .set(interval.as_secs_f64());
+        }
+        self.tasks_get.get_or_create(&ToolOnly { tool }).inc();
+    }
+
+    /// The `pollIntervalMs` advertised for a new task of `tool`.
+    pub fn poll_interval(&self, tool: &str, interval: Duration) {
+        self.poll_interval
+            .get_or_create(&ToolOnly { tool: tool.into() })
+            .set(interval.as_secs_f64());
+    }
+
+    /// A request refused before it reached a tool (`unauthenticated`, `insufficient_scope`, ...).
+    pub fn auth_refused(&self, reason: &'static str) {
+        self.auth_refusals.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// An MCP request answered (`outcome`: `ok`, `error` with its JSON-RPC `code`, `refused`),
+    /// after `took`.
+    pub fn request(
+        &self,
+        method: &'static str,
+        outcome: &'static str,
+        code: Option<i64>,
+        took: Duration,
+    ) {
+        self.requests
+            .get_or_create(&Request {
+                method,
+                outcome,
+                code,
+            })
+            .inc();
+        self.request_duration
+            .get_or_create(&Method { method })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The tool set being served: `tools` tools, loaded now.
+    pub fn loaded(&self, tools: usize) {
+        self.tools.set(i64::try_from(tools).unwrap_or(i64::MAX));
+        self.last_reload_success_time.set(unix_now());
+    }
+
+    /// A manifest reload: the new tools are served (`Ok`: how many), or the old ones are kept.
+    pub fn reloaded(&self, result: Result<usize, ()>) {
+        match result {
+            Ok(tools) => {
+                self.reloads
+                    .get_or_create(&ReloadResult { result: "ok" })
+                    .inc();
+                self.last_reload_successful.set(1);
+                self.loaded(tools);
+            }
+            Err(()) => {
+                self.reloads
+                    .get_or_create(&ReloadResult { result: "error" })
+                    .inc();
+                self.last_reload_successful.set(0);
+            }
+        }
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// Turns metrics on for the process (idempotent) and returns them.
+pub fn enable() -> &'static Metrics {
+    METRICS.get_or_init(Metrics::new)
+}
+
+/// The process's metrics, when they are on.
+pub fn get() -> Option<&'static Metrics> {
+    METRICS.get()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_conventions_and_series_carry_their_labels() {
+        let metrics = Metrics::new();
+        let tool: ToolName = "etl".into();
+        metrics.engine_call(&tool, "local", "get", "ok", Duration::from_millis(3));
+        metrics.engine_retry(&tool, "local", "start");
+        metrics.engine_throttled("stepfunctions");
+        metrics.tool_engine("etl", "local");
+        metrics.task_started("etl");
+        metrics.task_finished("etl", "completed");
+        metrics.task_get("etl", Some(Duration::from_millis(1500)));
+        metrics.auth_refused("invalid_token");
+        metrics.reloaded(Err(()));
+        metrics.request("tasks/get", "error", Some(-32602), Duration::from_millis(2));
+        metrics.request("tasks/get", "ok", None, Duration::from_millis(2));
+        let text = metrics.encode();
+        for line in [
+            "flowgate_engine_calls_total{tool=\"etl\",engine=\"local\",operation=\"get\",outcome=\"ok\"} 1",
+            "flowgate_engine_call_duration_seconds_count{tool=\"etl\",engine=\"local\",operation=\"get\"} 1",
+            "flowgate_engine_call_duration_seconds_bucket{le=\"0.005\",tool=\"etl\",engine=\"local\",operation=\"get\"} 1",
+            "flowgate_engine_retries_total{tool=\"etl\",engine=\"local\",operation=\"start\"} 1",
+            "flowgate_engine_throttles_total{engine=\"stepfunctions\"} 1",
+            "flowgate_tasks_started_total{tool=\"etl\",engine=\"local\"} 1",
+            "flowgate_tasks_finished_total{tool=\"etl\",engine=\"local\",state=\"completed\"} 1",
+            "flowgate_tasks_get_total{tool=\"etl\"} 1",
+            "flowgate_poll_interval_seconds{tool=\"etl\"} 1.5",
+            "flowgate_auth_refusals_total{reason=\"invalid_token\"} 1",
+            "flowgate_manifest_reloads_total{result=\"error\"} 1",
+            "flowgate_manifest_last_reload_successful 0",
+            "flowgate_mcp_requests_total{method=\"tasks/get\",outcome=\"error\",code=\"-32602\"} 1",
+            "flowgate_mcp_requests_total{method=\"tasks/get\",outcome=\"ok\",code=\"\"} 1",
+            "flowgate_mcp_request_duration_seconds_count{method=\"tasks/get\"} 2",
+            "# UNIT flowgate_engine_call_duration_seconds seconds",
+            "# TYPE flowgate_engine_calls counter",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            text.contains(&format!(
+                "flowgate_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

@@ -1,0 +1,186 @@
+//! One span per MCP request, and its count in `flowgate_mcp_requests_total`.
+//!
+//! The span follows OpenTelemetry's MCP conventions: named `{method} {tool}` (or `{method}`),
+//! kind SERVER, with `mcp.method.name`, `jsonrpc.request.id`, `mcp.protocol.version`,
+//! `network.transport`, `gen_ai.tool.name` on `tools/call`, and on an error `error.type` and
+//! `rpc.response.status_code` (the JSON-RPC code). flowgate adds `flowgate.tool` (also for
+//! `tasks/*`, once the task's handle is open), `flowgate.principal.issuer` (who vouched for the
+//! caller; never a token or a subject) and `flowgate.outcome`. Its parent is the trace context
+//! the request names (`params._meta`, else the HTTP `traceparent` header).
+
+use std::time::Instant;
+
+use tracing::field::Empty;
+
+use crate::SPAN_TARGET;
+
+/// The methods flowgate serves, as metric label values (anything else is `other`, so a client
+/// cannot make up label values).
+const METHODS: [&str; 12] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "tasks/list",
+    "tasks/result",
+    "notifications/initialized",
+    "notifications/cancelled",
+];
+
+/// `method` as a bounded label value.
+pub fn method_label(method: &str) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// What a request is, as far as the transport has read it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestInfo<'a> {
+    /// The JSON-RPC method.
+    pub method: &'a str,
+    /// The JSON-RPC id (as JSON text), for requests.
+    pub id: Option<&'a str>,
+    /// The tool a `tools/call` names.
+    pub tool: Option<&'a str>,
+    /// The protocol revision the request says it speaks.
+    pub revision: Option<&'a str>,
+    /// Who vouched for the caller (`None`: unauthenticated).
+    pub issuer: Option<&'a str>,
+    /// `tcp` (HTTP) or `pipe` (stdio).
+    pub transport: &'static str,
+}
+
+/// An MCP request being served: its span, and when it began (for its duration).
+#[derive(Debug)]
+pub struct Request {
+    span: tracing::Span,
+    method: &'static str,
+    began: Option<Instant>,
+}
+
+impl Request {
+    /// The request's span (disabled when traces are off), whose parent `parent` finds (asked
+    /// only when the span is recorded).
+    pub fn begin(
+        info: RequestInfo<'_>,
+        parent: impl FnOnce() -> Option<opentelemetry::Context>,
+    ) -> Request {
+        let method = method_label(info.method);
+        let span = tracing::info_span!(
+            target: SPAN_TARGET,
+            "mcp request",
+            otel.name = match info.tool {
+                Some(tool) if method == "tools/call" => format!("{method} {tool}"),
+                _ => method.to_owned(),
+            },
+            otel.kind = "server",
+            otel.status_code = Empty,
+            otel.status_description = Empty,
+            mcp.method.name = info.method,
+            jsonrpc.request.id = info.id,
+            mcp.protocol.version = info.revision,
+            network.transport = info.transport,
+            gen_ai.tool.name = info.tool.filter(|_| method == "tools/call"),
+            gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
+            flowgate.tool = info.tool.filter(|_| method == "tools/call"),
+            flowgate.principal.issuer = info.issuer,
+            flowgate.outcome = Empty,
+            error.r#type = Empty,
+            rpc.response.status_code = Empty,
+        );
+        if !span.is_disabled()
+            && let Some(parent) = parent()
+        {
+            crate::traces::set_parent(&span, parent);
+        }
+        let began = crate::metrics::get().map(|_| Instant::now());
+        Request {
+            span,
+            method,
+            began,
+        }
+    }
+
+    /// The span to run the request in.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// The request was answered, as `ended` says.
+    pub fn end(self, ended: Ended) {
+        let code = match ended {
+            Ended::Error(code) => Some(code),
+            _ => None,
+        };
+        if !self.span.is_disabled() {
+            match ended {
+                Ended::Ok => {
+                    self.span.record("flowgate.outcome", "ok");
+                }
+                Ended::Error(code) => {
+                    let code = code.to_string();
+                    self.span.record("flowgate.outcome", "error");
+                    self.span.record("error.type", code.as_str());
+                    self.span.record("rpc.response.status_code", code.as_str());
+                    self.span.record("otel.status_code", "error");
+                }
+                Ended::Refused(status) => {
+                    let status = status.to_string();
+                    self.span.record("flowgate.outcome", "refused");
+                    self.span.record("error.type", status.as_str());
+                    self.span.record("otel.status_code", "error");
+                }
+            }
+        }
+        if let (Some(metrics), Some(began)) = (crate::metrics::get(), self.began) {
+            let outcome = match ended {
+                Ended::Ok => "ok",
+                Ended::Error(_) => "error",
+                Ended::Refused(_) => "refused",
+            };
+            metrics.request(self.method, outcome, code, began.elapsed());
+        }
+    }
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// With a result (a tool error included: that is the tool's answer, not the request's).
+    Ok,
+    /// With a JSON-RPC error of this code.
+    Error(i64),
+    /// Refused by the transport with this HTTP status and no JSON-RPC error (a scope it lacks).
+    Refused(u16),
+}
+
+/// Whether requests are traced or counted at all (when not, the transports skip the work).
+pub fn active() -> bool {
+    crate::metrics::get().is_some() || tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO)
+}
+
+/// Names the tool the request whose span is `span` works for (a `tasks/*` request, once its
+/// handle is open).
+pub fn tool(span: &tracing::Span, name: &str) {
+    if !span.is_disabled() {
+        span.record("flowgate.tool", name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_bounded() {
+        assert_eq!(method_label("tasks/get"), "tasks/get");
+        assert_eq!(method_label("made/up\nline"), "other");
+    }
+}

@@ -1,0 +1,548 @@
+//! OpenTelemetry traces over OTLP, configured by the standard `OTEL_*` variables.
+//!
+//! Nothing is exported unless an endpoint is set (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), and `OTEL_SDK_DISABLED=true` or
+//! `OTEL_TRACES_EXPORTER=none` turn it off. The protocol is `http/protobuf` (the default) or
+//! `grpc` (`OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`); headers,
+//! timeout and compression come from their `OTEL_EXPORTER_OTLP_*` variables (read by
+//! `opentelemetry-otlp`), the service name from `OTEL_SERVICE_NAME` or
+//! `OTEL_RESOURCE_ATTRIBUTES` (default `flowgate`), the sampler from `OTEL_TRACES_SAMPLER` and
+//! `OTEL_TRACES_SAMPLER_ARG`, and the batch from `OTEL_BSP_*` (read by the SDK).
+//!
+//! Spans are exported by the SDK's batch processor on a thread of its own: ending a span puts
+//! it in a bounded queue (dropped when full), so a request never waits for the collector.
+//!
+//! Only flowgate's own spans (target [`crate::SPAN_TARGET`]: one per MCP request, one per
+//! engine call) are exported; log events stay in the logs.
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithTonicConfig as _};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Subscriber;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::Layer;
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::SPAN_TARGET;
+
+/// The variables that say where traces go, most specific first.
+const ENDPOINT_VARS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+];
+/// The variables that say how, most specific first.
+const PROTOCOL_VARS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+];
+
+/// The trace pipeline: a tracer provider exporting over OTLP. Clones share it.
+#[derive(Debug, Clone)]
+pub struct Traces {
+    provider: SdkTracerProvider,
+    /// Where spans go, for the start-up log line.
+    pub endpoint: String,
+    /// `http/protobuf` or `grpc`.
+    pub protocol: &'static str,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Where and how the variables `var` reads ask traces to go; `None` when they ask for none.
+fn wanted(var: impl Fn(&str) -> Option<String>) -> Result<Option<(String, Protocol)>, String> {
+    let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let first = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| var(n).map(|v| ((*n).to_owned(), v)))
+    };
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    match var("OTEL_TRACES_EXPORTER") {
+        Some(exporter) if exporter.trim() == "none" => return Ok(None),
+        Some(exporter) if exporter.trim() != "otlp" => {
+            return Err(format!(
+                "OTEL_TRACES_EXPORTER={exporter:?}: flowgate exports traces with otlp (or none)"
+            ));
+        }
+        _ => {}
+    }
+    let Some((_, endpoint)) = first(&ENDPOINT_VARS) else {
+        return Ok(None);
+    };
+    let protocol = match first(&PROTOCOL_VARS) {
+        None => Protocol::HttpBinary,
+        Some((_, p)) if p.trim() == "http/protobuf" => Protocol::HttpBinary,
+        Some((_, p)) if p.trim() == "grpc" => Protocol::Grpc,
+        Some((name, p)) => {
+            return Err(format!(
+                "{name}={p:?}: flowgate exports traces over http/protobuf or grpc"
+            ));
+        }
+    };
+    Ok(Some((endpoint, protocol)))
+}
+
+impl Traces {
+    /// The pipeline the environment asks for, `None` when it asks for none.
+    ///
+    /// Must be called within a Tokio runtime (the gRPC client's connection lives on it).
+    ///
+    /// # Errors
+    /// An unknown protocol or exporter, or an endpoint the exporter cannot use, naming the
+    /// variable.
+    pub fn from_env() -> Result<Option<Traces>, String> {
+        let Some((endpoint, protocol)) = wanted(var)? else {
+            return Ok(None);
+        };
+        let exporter = match protocol {
+            Protocol::Grpc => {
+                let mut builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+                if endpoint.trim_start().starts_with("https:") {
+                    builder = builder.with_tls_config(
+                        opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                            .with_native_roots(),
+                    );
+                }
+                builder.with_protocol(Protocol::Grpc).build()
+            }
+            _ => opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .build(),
+        }
+        .map_err(|e| format!("OpenTelemetry exporter for {endpoint}: {e}"))?;
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource())
+            .build();
+        Ok(Some(Traces {
+            provider,
+            endpoint,
+            protocol: if protocol == Protocol::Grpc {
+                "grpc"
+            } else {
+                "http/protobuf"
+            },
+        }))
+    }
+
+    /// A pipeline around `provider` (tests export to memory).
+    #[cfg(test)]
+    pub(crate) fn with_provider(provider: SdkTracerProvider) -> Traces {
+        Traces {
+            provider,
+            endpoint: String::new(),
+            protocol: "memory",
+        }
+    }
+
+    /// The subscriber layer that turns flowgate's spans into OpenTelemetry spans.
+    pub fn layer<S>(&self) -> impl Layer<S> + Send + Sync + 'static
+    where
+        S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+    {
+        let tracer = self.provider.tracer("flowgate");
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_level(false)
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
+            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                meta.target() == SPAN_TARGET
+            }))
+    }
+
+    /// Exports every span ended so far and waits for the collector's answer (on AWS Lambda,
+    /// before the invocation ends: the environment may be frozen until the next one). Blocks
+    /// the calling thread: call it off the async workers.
+    ///
+    /// # Errors
+    /// The exporter's error, for the log.
+    pub fn flush(&self) -> Result<(), String> {
+        self.provider.force_flush().map_err(|e| e.to_string())
+    }
+
+    /// Exports what is left and stops the exporter (at exit). Blocks like [`Traces::flush`].
+    pub fn shutdown(&self) {
+        if let Err(e) = self.provider.shutdown() {
+            tracing::warn!(error = %e, "OpenTelemetry exporter did not shut down cleanly");
+        }
+    }
+}
+
+/// The service's resource: the detected one (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+/// the SDK's own attributes), named `flowgate` unless the environment names it.
+fn resource() -> Resource {
+    let detected = Resource::builder().build();
+    let named = detected
+        .get(&opentelemetry::Key::from_static_str("service.name"))
+        .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
+    let builder = Resource::builder().with_attribute(opentelemetry::KeyValue::new(
+        "service.version",
+        env!("CARGO_PKG_VERSION"),
+    ));
+    if named {
+        builder.build()
+    } else {
+        builder.with_service_name("flowgate").build()
+    }
+}
+
+/// W3C trace context fields in HTTP headers.
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// W3C trace context fields in a request's `_meta` (SEP-414: bare `traceparent`, `tracestate`).
+struct Meta<'a>(&'a serde_json::Map<String, serde_json::Value>);
+
+impl Extractor for Meta<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(serde_json::Value::as_str)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+/// The remote parent a request names: `traceparent` (and `tracestate`) in its `params._meta`
+/// (SEP-414: the MCP message's own context, on every transport), else its HTTP headers. `None`
+/// when neither holds a valid one.
+pub fn remote_parent(
+    meta: Option<&serde_json::Map<String, serde_json::Value>>,
+    headers: Option<&http::HeaderMap>,
+) -> Option<opentelemetry::Context> {
+    let propagator = TraceContextPropagator::new();
+    let valid = |cx: opentelemetry::Context| cx.span().span_context().is_valid().then_some(cx);
+    if let Some(meta) = meta
+        && meta.contains_key("traceparent")
+        && let Some(cx) = valid(propagator.extract(&Meta(meta)))
+    {
+        return Some(cx);
+    }
+    let headers = headers?;
+    headers.get("traceparent")?;
+    valid(propagator.extract(&Headers(headers)))
+}
+
+/// Makes `parent` the parent of `span` (a request's span, before it is entered).
+pub fn set_parent(span: &tracing::Span, parent: opentelemetry::Context) {
+    // A span nothing exports (no pipeline) has no parent to set.
+    let _ = span.set_parent(parent);
+}
+
+/// The OpenTelemetry ids of the current span, when it is being recorded.
+pub(crate) fn current_context() -> Option<flowgate_core::observe::TraceContext> {
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return None;
+    }
+    let cx = span.context();
+    let otel = cx.span();
+    let context = otel.span_context();
+    context
+        .is_valid()
+        .then(|| flowgate_core::observe::TraceContext {
+            trace_id: context.trace_id().to_bytes(),
+            span_id: context.span_id().to_bytes(),
+            sampled: context.is_sampled(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_exported_without_an_endpoint_and_a_bad_setting_is_named() {
+        let vars = |pairs: &[(&str, &str)]| {
+            let map: std::collections::HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            move |name: &str| map.get(name).cloned()
+        };
+        assert_eq!(wanted(vars(&[])), Ok(None));
+        assert_eq!(
+            wanted(vars(&[
+                ("OTEL_SERVICE_NAME", "x"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", " ")
+            ])),
+            Ok(None)
+        );
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+        assert_eq!(
+            wanted(vars(&[endpoint])),
+            Ok(Some(("http://127.0.0.1:4318".into(), Protocol::HttpBinary)))
+        );
+        assert_eq!(
+            wanted(vars(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])),
+            Ok(Some(("http://127.0.0.1:4318".into(), Protocol::Grpc)))
+        );
+        // The traces' own variables come first.
+        assert_eq!(
+            wanted(vars(&[
+                endpoint,
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://collector:4317"
+                ),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+            ])),
+            Ok(Some(("http://collector:4317".into(), Protocol::Grpc)))
+        );
+        assert_eq!(
+            wanted(vars(&[endpoint, ("OTEL_SDK_DISABLED", "true")])),
+            Ok(None)
+        );
+        assert_eq!(
+            wanted(vars(&[endpoint, ("OTEL_TRACES_EXPORTER", "none")])),
+            Ok(None)
+        );
+        let e = wanted(vars(&[
+            endpoint,
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ]))
+        .expect_err("not built in");
+        assert!(e.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{e}");
+        let e = wanted(vars(&[endpoint, ("OTEL_TRACES_EXPORTER", "zipkin")])).expect_err("no");
+        assert!(e.contains("OTEL_TRACES_EXPORTER"), "{e}");
+    }
+
+    #[test]
+    fn a_request_names_its_parent_by_header_or_meta() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_static(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+        );
+        let parent = remote_parent(None, Some(&headers)).expect("a parent");
+        assert_eq!(
+            parent.span().span_context().trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        let meta = serde_json::json!({
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "tracestate": "vendor=1",
+        });
+        let parent = remote_parent(meta.as_object(), None).expect("a parent from _meta");
+        assert_eq!(
+            parent.span().span_context().span_id().to_string(),
+            "b7ad6b7169203331"
+        );
+        // _meta wins over the header; garbage in _meta falls back to the header.
+        let both = remote_parent(meta.as_object(), Some(&headers)).expect("a parent");
+        assert_eq!(
+            both.span().span_context().trace_id().to_string(),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
+        let bad = serde_json::json!({"traceparent": "00-zz-yy-01"});
+        assert!(remote_parent(bad.as_object(), None).is_none());
+        let fallback = remote_parent(bad.as_object(), Some(&headers)).expect("the header");
+        assert_eq!(
+            fallback.span().span_context().trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert!(remote_parent(None, None).is_none());
+    }
+
+    /// Spans exported to memory, for tests.
+    #[derive(Debug, Clone, Default)]
+    struct Collected(std::sync::Arc<std::sync::Mutex<Vec<opentelemetry_sdk::trace::SpanData>>>);
+
+    impl opentelemetry_sdk::trace::SpanExporter for Collected {
+        async fn export(
+            &self,
+            batch: Vec<opentelemetry_sdk::trace::SpanData>,
+        ) -> opentelemetry_sdk::error::OTelSdkResult {
+            self.0.lock().expect("lock").extend(batch);
+            Ok(())
+        }
+    }
+
+    fn attribute(span: &opentelemetry_sdk::trace::SpanData, key: &str) -> Option<String> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    }
+
+    /// An engine that reports a throttled answer and the trace it runs in, as an adapter would.
+    #[derive(Debug, Default)]
+    struct Reporting {
+        seen: std::sync::Mutex<Option<flowgate_core::observe::TraceContext>>,
+    }
+
+    #[async_trait::async_trait]
+    impl flowgate_core::Engine for Reporting {
+        fn kind(&self) -> &'static str {
+            "reporting"
+        }
+        fn capabilities(&self) -> flowgate_core::Capabilities {
+            flowgate_core::Capabilities::default()
+        }
+        async fn start(
+            &self,
+            _: flowgate_core::StartRequest,
+        ) -> Result<flowgate_core::Started, flowgate_core::EngineError> {
+            *self.seen.lock().expect("lock") = flowgate_core::observe::trace_context();
+            flowgate_core::observe::throttled("reporting");
+            Ok(flowgate_core::Started {
+                execution: flowgate_core::ExecutionRef("run-1".into()),
+                created_at: chrono::Utc::now(),
+            })
+        }
+        async fn get(
+            &self,
+            _: &flowgate_core::ExecutionRef,
+        ) -> Result<flowgate_core::ExecutionRecord, flowgate_core::EngineError> {
+            Err(flowgate_core::EngineError::Throttled {
+                engine: "reporting",
+                retry_after: None,
+            })
+        }
+        async fn respond(
+            &self,
+            _: &flowgate_core::ExecutionRef,
+            _: &str,
+            _: flowgate_core::InputResponse,
+        ) -> Result<(), flowgate_core::EngineError> {
+            Ok(())
+        }
+        async fn cancel(
+            &self,
+            _: &flowgate_core::ExecutionRef,
+        ) -> Result<(), flowgate_core::EngineError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn engine_calls_are_children_of_the_request_and_carry_what_adapters_report() {
+        use flowgate_core::Engine as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+
+        crate::install_observer();
+        let collected = Collected::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(collected.clone())
+            .build();
+        let traces = Traces::with_provider(provider);
+        let subscriber = tracing_subscriber::registry().with(traces.layer());
+        let _default = tracing::subscriber::set_default(subscriber);
+
+        let engine = crate::Instrumented::with_metrics(Reporting::default(), "etl", None);
+        let request =
+            tracing::info_span!(target: SPAN_TARGET, "request", otel.name = "tools/call etl");
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_static(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+        );
+        set_parent(
+            &request,
+            remote_parent(None, Some(&headers)).expect("parent"),
+        );
+        let started = {
+            use tracing::Instrument as _;
+            async {
+                let started = engine
+                    .start(flowgate_core::StartRequest::new(
+                        "etl",
+                        serde_json::json!({}),
+                        "p",
+                    ))
+                    .await;
+                let read =
+                    crate::attempt(2, engine.get(&flowgate_core::ExecutionRef("run-1".into())))
+                        .await;
+                assert!(read.is_err());
+                started
+            }
+            .instrument(request.clone())
+            .await
+        };
+        assert!(started.is_ok());
+        drop(request);
+        traces.flush().expect("flush");
+
+        let spans = collected.0.lock().expect("lock").clone();
+        let find = |name: &str| {
+            spans
+                .iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("no span {name} in {spans:?}"))
+        };
+        let request = find("tools/call etl");
+        let start = find("reporting start");
+        let get = find("reporting get");
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        assert_eq!(request.span_context.trace_id().to_string(), trace);
+        assert_eq!(request.parent_span_id.to_string(), "00f067aa0ba902b7");
+        assert!(request.parent_span_is_remote);
+        for call in [start, get] {
+            assert_eq!(call.span_context.trace_id().to_string(), trace);
+            assert_eq!(call.parent_span_id, request.span_context.span_id());
+            assert_eq!(call.span_kind, opentelemetry::trace::SpanKind::Client);
+            assert_eq!(
+                attribute(call, "flowgate.engine").as_deref(),
+                Some("reporting")
+            );
+            assert_eq!(attribute(call, "flowgate.tool").as_deref(), Some("etl"));
+        }
+        // The adapter's throttled answer marks the start, which itself succeeded.
+        assert_eq!(attribute(start, "flowgate.status").as_deref(), Some("ok"));
+        assert_eq!(
+            attribute(start, "flowgate.throttled").as_deref(),
+            Some("true")
+        );
+        assert_eq!(attribute(start, "flowgate.retry").as_deref(), Some("false"));
+        // The read was throttled, and it was a retry.
+        assert_eq!(
+            attribute(get, "flowgate.status").as_deref(),
+            Some("throttled")
+        );
+        assert_eq!(
+            attribute(get, "flowgate.throttled").as_deref(),
+            Some("true")
+        );
+        assert_eq!(attribute(get, "flowgate.retry").as_deref(), Some("true"));
+        assert!(matches!(
+            get.status,
+            opentelemetry::trace::Status::Error { .. }
+        ));
+        // What the adapter was told of its trace is the start's own span (for X-Ray).
+        let seen = engine
+            .inner()
+            .seen
+            .lock()
+            .expect("lock")
+            .expect("a trace context");
+        assert_eq!(seen.trace_id, start.span_context.trace_id().to_bytes());
+        assert_eq!(seen.span_id, start.span_context.span_id().to_bytes());
+        assert!(seen.sampled);
+    }
+}
