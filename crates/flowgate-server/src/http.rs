@@ -429,9 +429,12 @@ mod tests {
     }
 
     /// A poll answered before rmcp (module `poll`) gets exactly rmcp's answer: the same
-    /// status, type and body, for a task, a forged id, another caller's task and a client that
-    /// did not declare the tasks extension (which rmcp answers itself). An `Accept` with
-    /// weights is one the fast path leaves to rmcp, so the two can be compared.
+    /// status, type and body, for a task, a forged id, an id that is no handle, another
+    /// caller's task, a client that did not declare the tasks extension (which rmcp answers
+    /// itself), a string JSON-RPC id, a poll without `Mcp-Name` (taken from `taskId`, for both)
+    /// and a caller without credentials (refused before either). An `Accept` with weights is
+    /// one the fast path leaves to rmcp, so the two can be compared; the fast path's own count
+    /// shows it answered the polls it should.
     #[tokio::test]
     async fn a_poll_answered_before_rmcp_is_answered_as_rmcp_answers_it() {
         let app = app(Some(Arc::new(HeaderIdentity)));
@@ -440,7 +443,7 @@ mod tests {
             &app,
             request(
                 "tools/call",
-                json!({"name": "open", "arguments": {}}),
+                json!({"name": "open", "arguments": {"script": [{"work": 600_000}]}}),
                 true,
                 &carol,
             ),
@@ -451,37 +454,131 @@ mod tests {
             .expect("a task")
             .to_owned();
         let forged = format!("{}x", &task_id[..task_id.len() - 1]);
-        let cases: [(&str, &str, bool); 4] = [
-            (&task_id, "carol", true),
-            (&forged, "carol", true),
-            (&task_id, "mallory", true),
-            (&task_id, "carol", false),
+        // (task id, caller, declares tasks, JSON-RPC id, sends Mcp-Name, answered before rmcp)
+        let cases: [(&str, Option<&str>, bool, Value, bool, bool); 8] = [
+            (&task_id, Some("carol"), true, json!(1), true, true),
+            (&forged, Some("carol"), true, json!(1), true, true),
+            ("nope", Some("carol"), true, json!(1), true, true),
+            (&task_id, Some("mallory"), true, json!(1), true, true),
+            (&task_id, Some("carol"), false, json!(1), true, false),
+            (&task_id, Some("carol"), true, json!("req-7"), true, true),
+            (&task_id, Some("carol"), true, json!(2), false, true),
+            (&task_id, None, true, json!(1), true, false),
         ];
-        for (id, who, tasks) in cases {
+        for (id, who, tasks, rpc_id, named, taken) in cases {
             let poll = |accept: &str| {
-                let mut r = request(
-                    "tasks/get",
-                    json!({"taskId": id}),
-                    tasks,
-                    &[("x-test-caller", who)],
-                );
-                r.headers_mut()
-                    .insert("mcp-name", id.parse().expect("value"));
-                r.headers_mut()
-                    .insert("accept", accept.parse().expect("value"));
-                r
+                let meta = json!({
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+                    "io.modelcontextprotocol/clientCapabilities": if tasks {
+                        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+                    } else {
+                        json!({})
+                    },
+                });
+                let body = json!({"jsonrpc": "2.0", "id": rpc_id, "method": "tasks/get",
+                    "params": {"taskId": id, "_meta": meta}});
+                let mut builder = Request::post("/mcp")
+                    .header("host", "127.0.0.1")
+                    .header("content-type", "application/json")
+                    .header("accept", accept)
+                    .header("mcp-protocol-version", "2026-07-28")
+                    .header("mcp-method", "tasks/get");
+                if named {
+                    builder = builder.header("mcp-name", id);
+                }
+                if let Some(who) = who {
+                    builder = builder.header("x-test-caller", who);
+                }
+                builder.body(Body::from(body.to_string())).expect("request")
             };
+            let before = poll::taken_here();
             let fast = answer(&app, poll("application/json, text/event-stream")).await;
+            assert_eq!(
+                poll::taken_here() - before,
+                usize::from(taken),
+                "{id} {who:?}"
+            );
             let rmcp = answer(&app, poll("application/json;q=1, text/event-stream")).await;
             assert_eq!(
+                poll::taken_here() - before,
+                usize::from(taken),
+                "{id} {who:?}"
+            );
+            assert_eq!(
                 fast.0, rmcp.0,
-                "{id} {who} {tasks}: {} vs {}",
+                "{id} {who:?} {tasks}: {} vs {}",
                 fast.2, rmcp.2
             );
             assert_eq!(fast.1.get("content-type"), rmcp.1.get("content-type"));
-            assert_eq!(fast.2, rmcp.2, "{id} {who} {tasks}");
+            assert_eq!(fast.2, rmcp.2, "{id} {who:?} {tasks}");
             assert_ne!(fast.2, Value::Null);
+            if taken && who == Some("carol") && id == task_id {
+                assert_eq!(fast.2["id"], rpc_id, "{}", fast.2);
+                assert_eq!(fast.2["result"]["status"], "working", "{}", fast.2);
+            }
         }
+    }
+
+    /// A poll's engine read ends by the caller's deadline on the fast path as on rmcp's: a
+    /// transient fault that a retry would get past (100 ms later) is reported instead, since
+    /// the request must answer 50 ms from now. Time is paused, so both see the same bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_poll_answered_before_rmcp_keeps_the_callers_deadline() {
+        let (app, engine) = app_with(ServerOptions::default(), HttpOptions::default());
+        let (_, _, body) = answer(
+            &app,
+            request(
+                "tools/call",
+                json!({"name": "open", "arguments": {"script": [{"work": 600_000}]}}),
+                true,
+                &[],
+            ),
+        )
+        .await;
+        let task_id = body["result"]["taskId"]
+            .as_str()
+            .expect("a task")
+            .to_owned();
+        let poll = |accept: &str, deadline: bool| {
+            let mut r = request("tasks/get", json!({"taskId": task_id}), true, &[]);
+            r.headers_mut()
+                .insert("mcp-name", task_id.parse().expect("value"));
+            r.headers_mut()
+                .insert("accept", accept.parse().expect("value"));
+            if deadline {
+                let at = tokio::time::Instant::now()
+                    + crate::caller::DEADLINE_MARGIN
+                    + Duration::from_millis(50);
+                r.extensions_mut().insert(Deadline(at));
+            }
+            r
+        };
+        let mut answers = Vec::new();
+        for accept in [
+            "application/json, text/event-stream",
+            "application/json;q=1, text/event-stream",
+        ] {
+            let before = poll::taken_here();
+            engine.arm_read_fault(Some(0));
+            let (_, _, bounded) = answer(&app, poll(accept, true)).await;
+            engine.arm_read_fault(Some(0));
+            let (_, _, unbounded) = answer(&app, poll(accept, false)).await;
+            let fast = poll::taken_here() - before;
+            assert_eq!(fast, if accept.contains(';') { 0 } else { 2 }, "{accept}");
+            let message = bounded["result"]["statusMessage"].as_str().unwrap_or("");
+            assert!(
+                message.contains("did not answer within"),
+                "{accept}: {bounded}"
+            );
+            assert_eq!(unbounded["result"]["status"], "working", "{unbounded}");
+            assert!(
+                unbounded["result"].get("statusMessage").is_none(),
+                "{accept}: {unbounded}"
+            );
+            answers.push(bounded);
+        }
+        assert_eq!(answers[0], answers[1]);
     }
 
     #[tokio::test]

@@ -70,7 +70,8 @@ pub(crate) async fn serve_2025(
     };
     if !dialect_2025::claims(&server, &message) {
         // A 2026-07-28 poll rmcp would accept as it stands is answered here (module `poll`).
-        if let Some(poll) = poll::take(&server, &guard, request.uri(), request.headers(), &message) {
+        if let Some(poll) = poll::take(&server, &guard, request.uri(), request.headers(), &message)
+        {
             return poll::answer(&server, caller, poll).await;
         }
         return next.run(request).await;

@@ -98,6 +98,8 @@ pub(crate) fn take<'a>(
 /// would have answered it. The caller is gone when this future is dropped (the client hung
 /// up), as rmcp's request token is.
 pub(crate) async fn answer(server: &FlowgateServer, caller: &Caller, poll: Poll<'_>) -> Response {
+    #[cfg(test)]
+    TAKEN.with(|n| n.set(n.get() + 1));
     let gone = CancellationToken::new();
     let on_drop = gone.clone().drop_guard();
     let caller = caller.clone().with_gone(gone);
@@ -117,6 +119,19 @@ pub(crate) async fn answer(server: &FlowgateServer, caller: &Caller, poll: Poll<
         Err(error) => ServerJsonRpcMessage::error(error, Some(poll.id)),
     };
     respond(&message)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Polls this thread answered here: the tests tell the fast path from rmcp's by it
+    /// (`#[tokio::test]` runs a test's requests on its own thread).
+    static TAKEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many polls this thread answered here (tests).
+#[cfg(test)]
+pub(crate) fn taken_here() -> usize {
+    TAKEN.with(std::cell::Cell::get)
 }
 
 /// The HTTP answer rmcp gives a 2026-07-28 request's one message: JSON, with HTTP 400 for
