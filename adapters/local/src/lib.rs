@@ -23,6 +23,7 @@
 pub mod ask;
 mod config;
 mod engine;
+mod leaders;
 mod reaper;
 mod run_dir;
 mod state_dir;

@@ -186,6 +186,11 @@ async fn a_run_killed_from_outside_is_reported_not_left_working() {
     let e = engine(dir.path(), "sleep 60");
     let x = start(&e, json!({})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // A poll first, so that the run's leader is held (module `leaders`): its end must still
+    // be seen.
+    let running = e.get(&x).await.expect("get");
+    assert_eq!(running.state, TaskState::Working, "{running:?}");
+    assert!(crate::leaders::alive(&e.open_run(&x).expect("run").0.0));
     let pgid = e.open_run(&x).expect("run").0.process().expect("pgid").0;
     killpg(Pid::from_raw(pgid), Signal::SIGKILL).expect("kill");
     let r = wait_terminal(&e, &x).await;
