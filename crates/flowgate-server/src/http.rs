@@ -454,18 +454,20 @@ mod tests {
             .expect("a task")
             .to_owned();
         let forged = format!("{}x", &task_id[..task_id.len() - 1]);
-        // (task id, caller, declares tasks, JSON-RPC id, sends Mcp-Name, answered before rmcp)
-        let cases: [(&str, Option<&str>, bool, Value, bool, bool); 8] = [
-            (&task_id, Some("carol"), true, json!(1), true, true),
-            (&forged, Some("carol"), true, json!(1), true, true),
-            ("nope", Some("carol"), true, json!(1), true, true),
-            (&task_id, Some("mallory"), true, json!(1), true, true),
-            (&task_id, Some("carol"), false, json!(1), true, false),
-            (&task_id, Some("carol"), true, json!("req-7"), true, true),
-            (&task_id, Some("carol"), true, json!(2), false, true),
-            (&task_id, None, true, json!(1), true, false),
+        /// One poll: its task id, caller, whether it declares tasks, its JSON-RPC id, whether
+        /// it sends `Mcp-Name`, and whether the fast path answers it.
+        struct Case<'a>(&'a str, Option<&'a str>, bool, Value, bool, bool);
+        let cases = [
+            Case(&task_id, Some("carol"), true, json!(1), true, true),
+            Case(&forged, Some("carol"), true, json!(1), true, true),
+            Case("nope", Some("carol"), true, json!(1), true, true),
+            Case(&task_id, Some("mallory"), true, json!(1), true, true),
+            Case(&task_id, Some("carol"), false, json!(1), true, false),
+            Case(&task_id, Some("carol"), true, json!("req-7"), true, true),
+            Case(&task_id, Some("carol"), true, json!(2), false, true),
+            Case(&task_id, None, true, json!(1), true, false),
         ];
-        for (id, who, tasks, rpc_id, named, taken) in cases {
+        for Case(id, who, tasks, rpc_id, named, taken) in cases {
             let poll = |accept: &str| {
                 let meta = json!({
                     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
