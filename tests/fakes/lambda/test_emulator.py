@@ -49,6 +49,12 @@ class Emulator:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, dict(r.headers), r.read()
 
+    def wait_idle(self) -> None:
+        """Returns once no sandbox is busy (within 10 s)."""
+        deadline = time.time() + 10
+        while self.state()["busy"] and time.time() < deadline:
+            time.sleep(0.02)
+
     def state(self) -> dict:
         with urllib.request.urlopen(self.urls["invoke_api"] + "/_emulator/state") as r:
             return json.loads(r.read())
@@ -102,10 +108,14 @@ class BufferedMode(unittest.TestCase):
         self.assertEqual(len({r["pid"] for r in results}), 3, "three sandboxes, three processes")
 
     def test_oversized_buffered_answer(self) -> None:
+        # Both invocations must reach the same sandbox (the first idle one): a sandbox stays
+        # busy a moment after its answer went out, so wait until every sandbox is idle.
+        self.emu.wait_idle()
         _, headers, body = self.emu.invoke({"do": "big", "bytes": 6_291_600})
         self.assertEqual(json.loads(body)["errorType"], "Function.ResponseSizeTooLarge")
         self.assertEqual(headers.get("X-Amz-Function-Error"), "Unhandled")
         # What the runtime was told, which the script reports on its next invocation.
+        self.emu.wait_idle()
         _, _, body = self.emu.invoke({"do": "last_post"})
         last = json.loads(body)
         self.assertEqual(last["status"], 413, last)

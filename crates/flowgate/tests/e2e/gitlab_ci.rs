@@ -252,4 +252,24 @@ fn flowgate_policy_names_the_pipeline_variables_setting_and_what_each_mode_needs
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("old.yaml:9:9:"), "at the key's line: {err}");
     assert!(err.contains("write `{day}`"), "the fix: {err}");
+    // A template naming an argument the schema does not declare is reported where it is
+    // written, naming the argument.
+    let undeclared = dir.path().join("undeclared.yaml");
+    std::fs::write(
+        &undeclared,
+        "tools:\n  - name: load\n    input_schema: {type: object, properties: {day: {type: string}}}\n    target:\n      engine: gitlab-ci\n      project: acme/etl\n      ref: main\n      inputs:\n        day: \"{day}\"\n        region: \"{region}\"\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(bin())
+        .arg("check")
+        .arg(&undeclared)
+        .output()
+        .expect("flowgate check");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("undeclared.yaml:10:"),
+        "at the key's line: {err}"
+    );
+    assert!(err.contains("region"), "names the argument: {err}");
 }

@@ -216,3 +216,67 @@ async fn the_2025_11_25_tasks_dialect_works_over_stdio() {
     drop(s.stdin);
     let _ = s.child.wait().await;
 }
+
+/// A `notifications/cancelled` ends the 2025-11-25 hold it names even when the request's id is
+/// no token (the log's request id replaces such an id; the session must still find the hold by
+/// the id the client chose): the cancelled `tasks/result` is never answered.
+#[tokio::test]
+async fn a_cancelled_hold_whose_id_is_no_token_is_never_answered() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/tools.yaml");
+    let mut s = Lines::start(state.path(), &manifest);
+    s.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw-2025-stdio", "version": "1"}}),
+    )
+    .await;
+    s.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let created = s
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "long_report", "arguments": {"days": 1, "seconds": 2}, "task": {}}),
+        )
+        .await;
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {created}"))
+        .to_owned();
+    let hold = "hold of\nthe report";
+    s.send(
+        json!({"jsonrpc": "2.0", "id": hold, "method": "tasks/result", "params": {"taskId": task}}),
+    )
+    .await;
+    s.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": hold, "reason": "the user moved on"}}),
+    )
+    .await;
+    // Past the task's end: a hold still running would have answered by now.
+    let mut id = 3;
+    loop {
+        let got = s.request(id, "tasks/get", json!({"taskId": task})).await;
+        if got["result"]["status"] == "completed" {
+            break;
+        }
+        assert!(id < 200, "the task never ended: {got}");
+        id += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    s.send(
+        json!({"jsonrpc": "2.0", "id": "last", "method": "tasks/get", "params": {"taskId": task}}),
+    )
+    .await;
+    let next = s.next().await;
+    assert_eq!(
+        next["id"], "last",
+        "the cancelled hold was answered: {next}"
+    );
+    drop(s.stdin);
+    let _ = s.child.wait().await;
+}

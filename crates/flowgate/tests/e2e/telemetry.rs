@@ -677,6 +677,10 @@ async fn metrics_count_tasks_requests_and_refusals_by_reason_and_spans_name_only
     let spans = spans_until(&service, |spans| {
         spans.iter().any(|s| s["name"] == "tools/call long")
             && spans.iter().any(|s| s["name"] == "tasks/cancel")
+            // The forged poll came last; its span may leave in a later batch.
+            && spans
+                .iter()
+                .any(|s| s["name"] == "tasks/get" && attr(s, "flowgate.outcome") == "error")
     })
     .await;
     let call = spans
