@@ -1,16 +1,16 @@
 //! Process group leaders a poll has already proven to be the ones recorded at spawn, held by a
 //! pidfd so that later polls of a running task need not prove it again.
 //!
-//! Proving a run's group is still its own takes the pid file and `/proc/<pid>/stat` (the
-//! leader's start time, against pid reuse) and a `killpg`: nine system calls, and the kernel
-//! formats the whole stat line for the one field. That was an eighth of a poll's CPU. A pidfd
-//! names one process for as long as it is held, and its pid cannot be given to another
-//! process meanwhile, so once the leader was proven through it, "the pidfd's process has not
-//! terminated" is the same answer as the full proof, from one `poll`: the leader is alive and
-//! is a member of the group, which is therefore alive. (The leader is flowgate's supervisor
-//! script, which never leaves its group.) Once the leader has terminated, the entry is dropped
-//! and the caller proves the group the full way again, so a poll never reports a group alive
-//! that the full proof would find gone: this cache cannot show a state the run has left.
+//! Proving a run's group is still its own takes the pid file and `/proc/<pid>/stat` (the leader's
+//! start time, against pid reuse) and a `killpg`: nine system calls, and the kernel formats the
+//! whole stat line for the one field. That was an eighth of a poll's CPU. A pidfd names one process
+//! for as long as it is held, and while that process has not terminated its pid cannot be given to
+//! another, so once the leader was proven through it, "the pidfd's process has not terminated" is
+//! the same answer as the full proof, from one `poll`: the leader is alive and is a member of the
+//! group, which is therefore alive. (The leader is flowgate's supervisor script, which never leaves
+//! its group.) Once the leader has terminated, the entry is dropped and the caller proves the group
+//! the full way again, so a poll never reports a group alive that the full proof would find gone:
+//! this cache cannot show a state the run has left.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
