@@ -315,6 +315,22 @@ mod tests {
         (status, headers, body)
     }
 
+    /// Starts a task of the `open` tool with `arguments` as the caller `headers` name, and
+    /// returns its id.
+    async fn started(app: &Router, arguments: Value, headers: &[(&str, &str)]) -> String {
+        let call = request(
+            "tools/call",
+            json!({"name": "open", "arguments": arguments}),
+            true,
+            headers,
+        );
+        let (_, _, body) = answer(app, call).await;
+        body["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a task: {body}"))
+            .to_owned()
+    }
+
     fn challenge(headers: &axum::http::HeaderMap) -> Option<&str> {
         headers
             .get("www-authenticate")
@@ -395,20 +411,7 @@ mod tests {
     async fn other_paths_answer_404_without_reading_the_request() {
         let app = app(Some(Arc::new(HeaderIdentity)));
         let carol = [("x-test-caller", "carol")];
-        let (_, _, body) = answer(
-            &app,
-            request(
-                "tools/call",
-                json!({"name": "open", "arguments": {}}),
-                true,
-                &carol,
-            ),
-        )
-        .await;
-        let task_id = body["result"]["taskId"]
-            .as_str()
-            .expect("a task")
-            .to_owned();
+        let task_id = started(&app, json!({}), &carol).await;
         let get = request("tasks/get", json!({"taskId": task_id}), true, &carol);
         let (status, _, body) = answer(&app, get).await;
         assert_eq!(status, StatusCode::OK, "{body}");
@@ -439,20 +442,7 @@ mod tests {
     async fn a_poll_answered_before_rmcp_is_answered_as_rmcp_answers_it() {
         let app = app(Some(Arc::new(HeaderIdentity)));
         let carol = [("x-test-caller", "carol")];
-        let (_, _, body) = answer(
-            &app,
-            request(
-                "tools/call",
-                json!({"name": "open", "arguments": {"script": [{"work": 600_000}]}}),
-                true,
-                &carol,
-            ),
-        )
-        .await;
-        let task_id = body["result"]["taskId"]
-            .as_str()
-            .expect("a task")
-            .to_owned();
+        let task_id = started(&app, json!({"script": [{"work": 600_000}]}), &carol).await;
         let forged = format!("{}x", &task_id[..task_id.len() - 1]);
         /// One poll: its task id, caller, whether it declares tasks, its JSON-RPC id, whether
         /// it sends `Mcp-Name`, and whether the fast path answers it.
@@ -528,20 +518,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_poll_answered_before_rmcp_keeps_the_callers_deadline() {
         let (app, engine) = app_with(ServerOptions::default(), HttpOptions::default());
-        let (_, _, body) = answer(
-            &app,
-            request(
-                "tools/call",
-                json!({"name": "open", "arguments": {"script": [{"work": 600_000}]}}),
-                true,
-                &[],
-            ),
-        )
-        .await;
-        let task_id = body["result"]["taskId"]
-            .as_str()
-            .expect("a task")
-            .to_owned();
+        let task_id = started(&app, json!({"script": [{"work": 600_000}]}), &[]).await;
         let poll = |accept: &str, deadline: bool| {
             let mut r = request("tasks/get", json!({"taskId": task_id}), true, &[]);
             r.headers_mut()

@@ -236,37 +236,31 @@ fn flowgate_policy_names_the_pipeline_variables_setting_and_what_each_mode_needs
             .contains("not no_one_allowed"),
         "{needs}"
     );
+    // `flowgate check` of a manifest `name` holding `yaml`, which it refuses: what it said.
+    let refused = |name: &str, yaml: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml).expect("write");
+        let out = std::process::Command::new(bin())
+            .arg("check")
+            .arg(&path)
+            .output()
+            .expect("flowgate check");
+        assert!(!out.status.success(), "{name} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
     // The old template spelling is refused where it is written, with the fix.
-    let old = dir.path().join("old.yaml");
-    std::fs::write(
-        &old,
+    let err = refused(
+        "old.yaml",
         "tools:\n  - name: load\n    input_schema: {type: object, properties: {day: {type: string}}}\n    target:\n      engine: gitlab-ci\n      project: acme/etl\n      ref: main\n      inputs:\n        day: \"{{day}}\"\n",
-    )
-    .expect("write");
-    let out = std::process::Command::new(bin())
-        .arg("check")
-        .arg(&old)
-        .output()
-        .expect("flowgate check");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(err.contains("old.yaml:9:9:"), "at the key's line: {err}");
     assert!(err.contains("write `{day}`"), "the fix: {err}");
     // A template naming an argument the schema does not declare is reported where it is
     // written, naming the argument.
-    let undeclared = dir.path().join("undeclared.yaml");
-    std::fs::write(
-        &undeclared,
+    let err = refused(
+        "undeclared.yaml",
         "tools:\n  - name: load\n    input_schema: {type: object, properties: {day: {type: string}}}\n    target:\n      engine: gitlab-ci\n      project: acme/etl\n      ref: main\n      inputs:\n        day: \"{day}\"\n        region: \"{region}\"\n",
-    )
-    .expect("write");
-    let out = std::process::Command::new(bin())
-        .arg("check")
-        .arg(&undeclared)
-        .output()
-        .expect("flowgate check");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(
         err.contains("undeclared.yaml:10:"),
         "at the key's line: {err}"

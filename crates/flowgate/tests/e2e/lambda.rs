@@ -302,6 +302,21 @@ impl Lambda {
         assert_eq!(answer.status, 200, "{}", answer.body);
         answer.json()
     }
+
+    /// Calls `tool` with `arguments` and returns the id of the task it created.
+    pub(crate) async fn started(&self, tool: &str, arguments: Value) -> String {
+        let created = self
+            .mcp(
+                "tools/call",
+                tool,
+                json!({"name": tool, "arguments": arguments}),
+            )
+            .await;
+        created["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a task: {created}"))
+            .to_owned()
+    }
 }
 
 /// An API Gateway HTTP API event (payload format 2.0) for an MCP request, whose request
@@ -409,17 +424,7 @@ async fn aws_iam_mode_seals_tasks_to_the_callers_arn_and_refuses_unsigned_reques
     let bare = lambda.mcp_as(None, "tools/list", "", json!({})).await;
     assert_eq!(bare.status, 403, "{}", bare.body);
 
-    let created = lambda
-        .mcp(
-            "tools/call",
-            "long_job",
-            json!({"name": "long_job", "arguments": {"steps": 20}}),
-        )
-        .await;
-    let task_id = created["result"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {created}"))
-        .to_owned();
+    let task_id = lambda.started("long_job", json!({"steps": 20})).await;
 
     // Another role's view of the task is that of a task that does not exist.
     for (method, params) in [
@@ -485,17 +490,7 @@ async fn the_iam_context_is_ignored_unless_configured() {
             ..Config::default()
         },
     );
-    let created = lambda
-        .mcp(
-            "tools/call",
-            "long_job",
-            json!({"name": "long_job", "arguments": {"steps": 20}}),
-        )
-        .await;
-    let task_id = created["result"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {created}"))
-        .to_owned();
+    let task_id = lambda.started("long_job", json!({"steps": 20})).await;
     let theirs = lambda
         .mcp_as(
             Some("someone-else"),
@@ -619,17 +614,7 @@ fn dense(invoke_mode: &str) -> Config<'_> {
 async fn an_answer_over_the_buffered_limit_is_an_error_naming_its_size() {
     let state = tempfile::tempdir().expect("tempdir");
     let lambda = Lambda::start_with(state.path(), dense("BUFFERED"));
-    let created = lambda
-        .mcp(
-            "tools/call",
-            "dense",
-            json!({"name": "dense", "arguments": {}}),
-        )
-        .await;
-    let task_id = created["result"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {created}"))
-        .to_owned();
+    let task_id = lambda.started("dense", json!({})).await;
     let mut errors = 0;
     for _ in 0..120 {
         let got = lambda
@@ -687,17 +672,7 @@ async fn response_stream_mode_carries_what_buffered_mode_cannot() {
         "the prelude's headers reach the client: {:?}",
         listed.headers
     );
-    let created = lambda
-        .mcp(
-            "tools/call",
-            "dense",
-            json!({"name": "dense", "arguments": {}}),
-        )
-        .await;
-    let task_id = created["result"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {created}"))
-        .to_owned();
+    let task_id = lambda.started("dense", json!({})).await;
     for _ in 0..120 {
         let got = lambda
             .mcp("tasks/get", &task_id, json!({"taskId": task_id}))
@@ -898,17 +873,7 @@ async fn each_invocations_spans_are_exported_before_it_answers() {
             ..Config::default()
         },
     );
-    let created = lambda
-        .mcp(
-            "tools/call",
-            "long_job",
-            json!({"name": "long_job", "arguments": {"steps": 1}}),
-        )
-        .await;
-    let task = created["result"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no task: {created}"))
-        .to_owned();
+    let task = lambda.started("long_job", json!({"steps": 1})).await;
     let spans = crate::telemetry::spans(&service).await;
     let start = spans
         .iter()
