@@ -73,7 +73,7 @@ pub fn ask(
     schema: Value,
     timeout: Option<Duration>,
 ) -> Result<Value, AskError> {
-    let run = RunDir(run_dir);
+    let run = RunDir::new(run_dir);
     let n = run.ask(&Question {
         message: message.to_owned(),
         requested_schema: schema.clone(),

@@ -61,6 +61,7 @@ impl LocalEngine {
     /// The run folder of a reference with its `meta.json`, or not-found for anything that is not
     /// a run id this engine could have made (so no reference can point outside the state folder)
     /// or whose record is not there. The record is read once: it is what a poll needs first.
+    /// The folder is opened, so that every file the call looks at after is one lookup in it.
     fn open_run(&self, execution: &ExecutionRef) -> Result<(RunDir, Meta), EngineError> {
         use std::io::ErrorKind;
         let id = &execution.0;
@@ -69,9 +70,12 @@ impl LocalEngine {
         if !well_formed {
             return Err(not_found(id));
         }
-        let run = RunDir(self.runs_dir().join(id));
-        let meta = match run.meta() {
-            Ok(meta) => meta,
+        let opened = RunDir::open(self.runs_dir().join(id)).and_then(|run| {
+            let meta = run.meta()?;
+            Ok((run, meta))
+        });
+        let (run, meta) = match opened {
+            Ok(opened) => opened,
             Err(e)
                 if matches!(
                     e.kind(),
@@ -98,7 +102,7 @@ pub(crate) fn expired(run: &RunDir, meta: &Meta, now: DateTime<Utc>) -> bool {
     if meta.expires_at.is_none_or(|at| at > now) {
         return false;
     }
-    matches!(run.exit_code(), Ok(Some(_)))
+    matches!(run.exit_code(None), Ok(Some(_)))
         || (run.process().is_some() && !group_is_ours(run, meta).is_some_and(group_alive))
 }
 
@@ -295,7 +299,7 @@ impl Engine for LocalEngine {
         // The run is named by the call's idempotency key: a retried start finds the run the
         // first attempt recorded instead of starting the command again.
         let id = request.idempotency_key.to_string();
-        let run = RunDir(self.runs_dir().join(&id));
+        let run = RunDir::new(self.runs_dir().join(&id));
         if let Ok(meta) = run.meta() {
             return Ok(Started {
                 execution: ExecutionRef(id),
@@ -370,11 +374,13 @@ impl Engine for LocalEngine {
         let (run, meta) = self.open_run(execution)?;
         let mut record = ExecutionRecord::new(TaskState::Working, "running", meta.created_at);
         let read = |e| io_error("cannot read the run record", e);
-        // When each file of the record last changed: the latest is the task's lastUpdatedAt.
-        let mut changed = [None; RECORD_FILES.len()];
-        for (at, f) in changed.iter_mut().zip(RECORD_FILES) {
-            *at = run.modified(f).map_err(read)?;
+        // When each file of the record last changed (and how long it was): the latest change
+        // is the task's lastUpdatedAt.
+        let mut seen = [None; RECORD_FILES.len()];
+        for (at, f) in seen.iter_mut().zip(RECORD_FILES) {
+            *at = run.seen(f).map_err(read)?;
         }
+        let changed = seen.map(|s| s.map(|s| s.modified));
         record.updated_at = changed
             .iter()
             .flatten()
@@ -383,27 +389,26 @@ impl Engine for LocalEngine {
             .map(to_utc)
             .unwrap_or(meta.created_at)
             .max(meta.created_at);
-        // A file the pass above found missing is not opened again (each open is a path walk,
-        // and a poll is mostly these): the record is the run as that pass saw it. A file that
-        // appeared since is read by the next poll, and an exit that lands before the group
-        // is found gone is read again below.
-        record.status_message = if changed[STATUS].is_some() {
-            run.status_line().map_err(read)?
-        } else {
-            None
+        // A file the pass above found missing (or empty, for the status) is not opened again
+        // (a poll is mostly these calls): the record is the run as that pass saw it. A file
+        // that appeared since is read by the next poll, and an exit that lands before the
+        // group is found gone is read again below.
+        record.status_message = match seen[STATUS] {
+            Some(status) => run.status_line(status).map_err(read)?,
+            None => None,
         };
 
-        let exit = if changed[EXIT].is_some() {
-            run.exit_code().map_err(read)?
-        } else {
-            None
+        let exit = match seen[EXIT] {
+            Some(exit) => run.exit_code(Some(exit)).map_err(read)?,
+            None => None,
         };
         // Once the exit is known, which of it and a cancel came first decides the state: both
         // are looked at again after the exit was read. Without an exit, the times above serve.
         let (exit_at, cancelled_at) = if exit.is_some() {
+            let modified = |name| Ok(run.seen(name)?.map(|s| s.modified));
             (
-                run.modified("exit").map_err(read)?,
-                run.modified("cancelled").map_err(read)?,
+                modified("exit").map_err(read)?,
+                modified("cancelled").map_err(read)?,
             )
         } else {
             (changed[EXIT], changed[CANCELLED])
@@ -443,8 +448,7 @@ impl Engine for LocalEngine {
         if !alive {
             // Gone without an exit status and without a cancel, both looked at after the group
             // was found gone: vanished. Otherwise one of them landed meanwhile: read again.
-            let ended = run.exit_code().map_err(read)?.is_some()
-                || run.modified("cancelled").map_err(read)?.is_some();
+            let ended = run.has_ended().map_err(read)?;
             if !ended {
                 record.state = TaskState::Failed;
                 record.engine_status = "vanished".into();
@@ -459,7 +463,7 @@ impl Engine for LocalEngine {
             }
             return Box::pin(self.get(execution)).await;
         }
-        let asked = if changed[QUESTIONS].is_some() {
+        let asked = if seen[QUESTIONS].is_some() {
             run.questions().map_err(read)?
         } else {
             Vec::new()

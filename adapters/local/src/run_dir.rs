@@ -1,9 +1,13 @@
 //! One run's folder: reading and writing the files that are its record.
 
+use std::borrow::Cow;
 use std::fs;
 use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -39,9 +43,24 @@ pub(crate) struct Question {
     pub(crate) requested_schema: Value,
 }
 
-/// A run's folder.
-#[derive(Debug, Clone)]
-pub(crate) struct RunDir(pub(crate) PathBuf);
+/// A run's folder: its path, and the folder itself when it was opened ([`RunDir::open`]).
+///
+/// An opened folder is where its files are looked up: each lookup is then one name in it
+/// instead of a walk of the whole path from `/` (a poll looks at up to a dozen files, and
+/// those walks were most of the cost of its `statx` and `openat` calls). The folder is opened
+/// for one poll (or one call) and closed with it, never kept: a folder removed and made again
+/// under the same name (a start retried after its run expired) is the new one at the next poll.
+#[derive(Debug)]
+pub(crate) struct RunDir(pub(crate) PathBuf, Option<OwnedFd>);
+
+/// What a look at a file of a run found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// When it last changed.
+    pub(crate) modified: SystemTime,
+    /// How many bytes it held.
+    pub(crate) len: u64,
+}
 
 /// Writes `contents` to `path` so that readers see all of it or none of it.
 pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
@@ -81,11 +100,58 @@ const SMALL_FILE: usize = 1024;
 /// A file's bytes, read without asking for its size first (`fs::read` does, one more system
 /// call on every read of every poll); larger files than [`SMALL_FILE`] grow the buffer.
 pub(crate) fn read_small(path: &Path) -> io::Result<Vec<u8>> {
-    let file = fs::File::open(path)?;
-    let mut bytes = Vec::with_capacity(SMALL_FILE);
-    // `Take` gives no size hint, so reading it asks the file nothing but `read`.
-    file.take(u64::MAX).read_to_end(&mut bytes)?;
+    read_file(fs::File::open(path)?, None)
+}
+
+/// The bytes of `file`: up to its end, or, given the length `seen` that a look at the file
+/// just found, up to the first read that returns less than it had room for once at least
+/// `seen` bytes are in.
+///
+/// Confirming the end takes one more `read` that returns nothing. Once the bytes the look saw
+/// are in, the file has been read as far as that look saw it, which is all a poll reports (a
+/// poll is the run as its look at the files saw it), so that `read` is left out. It is left out
+/// only then: a file found shorter than the look saw (rewritten meanwhile) is read to its end.
+fn read_file(mut file: fs::File, seen: Option<u64>) -> io::Result<Vec<u8>> {
+    // Room for what was seen and one byte more, so that a file that has not grown since is
+    // read by one `read` that does not fill it.
+    let room = seen.map_or(SMALL_FILE, |seen| {
+        usize::try_from(seen.saturating_add(1))
+            .unwrap_or(usize::MAX)
+            .clamp(SMALL_FILE, MAX_STDOUT as usize)
+    });
+    let mut bytes = vec![0; room];
+    let mut len = 0;
+    loop {
+        if len == bytes.len() {
+            bytes.resize(len * 2, 0);
+        }
+        match file.read(&mut bytes[len..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if seen.is_some_and(|seen| len as u64 >= seen) && len < bytes.len() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(len);
     Ok(bytes)
+}
+
+/// A file time as the kernel gives it: seconds from the epoch (negative before it) and
+/// nanoseconds.
+fn system_time(secs: i64, nanos: u32) -> io::Result<SystemTime> {
+    let whole = Duration::from_secs(secs.unsigned_abs());
+    let at = if secs >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(whole)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_sub(whole)
+    };
+    at.and_then(|at| at.checked_add(Duration::from_nanos(u64::from(nanos))))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a file time out of range"))
 }
 
 /// The text of at most [`MAX_STDOUT`] bytes of a `total`-byte output, and notes on what was
@@ -120,27 +186,77 @@ fn decode_output(bytes: &[u8], total: u64) -> (String, Vec<String>) {
 }
 
 impl RunDir {
+    /// The run folder at `path`, not opened: each file is looked up by its whole path. For
+    /// one-off uses (a start, a sweep, `flowgate ask`) that look at a file or two.
+    pub(crate) fn new(path: PathBuf) -> Self {
+        RunDir(path, None)
+    }
+
+    /// The run folder at `path`, opened (`O_PATH`: for looking up names in it only) so that
+    /// its files are looked up in it. Errors as opening the folder fails: `NotFound` when
+    /// there is no such run, `NotADirectory` when the path is not a folder.
+    pub(crate) fn open(path: PathBuf) -> io::Result<Self> {
+        let dir = rustix::fs::open(
+            &path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(RunDir(path, Some(dir)))
+    }
+
     pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 
-    /// A file of the run, `None` when it does not exist (yet). Any other failure to read it
-    /// (a full file table, an I/O error) is an error: a record is never built from a read
-    /// that failed, so a passing fault cannot turn into a wrong result.
-    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
-        read_optional(&self.path(name))
+    /// Where the file `name` of the run is looked up: by name in the opened folder, or by
+    /// its whole path.
+    fn at<'a>(&'a self, name: &'a str) -> (BorrowedFd<'a>, Cow<'a, Path>) {
+        match &self.1 {
+            Some(dir) => (dir.as_fd(), Cow::Borrowed(Path::new(name))),
+            None => (CWD, Cow::Owned(self.path(name))),
+        }
     }
 
+    /// The file `name` of the run, opened for reading.
+    fn open_file(&self, name: &str) -> io::Result<fs::File> {
+        let (dir, path) = self.at(name);
+        let fd = rustix::fs::openat(dir, &*path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(fs::File::from(fd))
+    }
+
+    /// A file of the run, `None` when it does not exist (yet). Any other failure to read it
+    /// (a full file table, an I/O error) is an error: a record is never built from a read
+    /// that failed, so a passing fault cannot turn into a wrong result. `seen` is the length a
+    /// look at it just found, if any ([`read_file`]).
+    fn read(&self, name: &str, seen: Option<u64>) -> io::Result<Option<Vec<u8>>> {
+        faults::check(&self.0, name)?;
+        match self.open_file(name).and_then(|f| read_file(f, seen)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The run's record, `NotFound` when there is none.
+    ///
+    /// In an opened folder (a call on an existing run: a poll, an answer, a cancel) the read
+    /// ends at its first `read` that does not fill the room it had, as if that `read` had been
+    /// told the length of the file: `meta.json` is written whole before it is renamed into
+    /// place and never changes, so that `read` has reached its end; were it ever cut short,
+    /// what it holds is not a whole JSON object, an error, and those calls answer a read error
+    /// with an error (retried), never with a record. A start, which would run the command again
+    /// when the record cannot be read, reads to the confirmed end.
     pub(crate) fn meta(&self) -> io::Result<Meta> {
+        let seen = self.1.as_ref().map(|_| 0);
         let bytes = self
-            .read("meta.json")?
+            .read("meta.json", seen)?
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         serde_json::from_slice(&bytes).map_err(io::Error::other)
     }
 
     /// The process group id and its leader's start time, as recorded at spawn.
     pub(crate) fn process(&self) -> Option<(i32, u64)> {
-        let bytes = read_small(&self.path("pid")).ok()?;
+        let bytes = read_file(self.open_file("pid").ok()?, None).ok()?;
         let mut parts = std::str::from_utf8(&bytes).ok()?.split_whitespace();
         let pgid = parts.next()?.parse().ok()?;
         let started = parts.next()?.parse().ok()?;
@@ -148,9 +264,9 @@ impl RunDir {
     }
 
     /// The exit status, once the supervisor has written it (atomically: a file that exists
-    /// holds a whole number).
-    pub(crate) fn exit_code(&self) -> io::Result<Option<i32>> {
-        let Some(bytes) = self.read("exit")? else {
+    /// holds a whole number). `seen` is what a look at the file just found, if any.
+    pub(crate) fn exit_code(&self, seen: Option<Seen>) -> io::Result<Option<i32>> {
+        let Some(bytes) = self.read("exit", seen.map(|s| s.len))? else {
             return Ok(None);
         };
         String::from_utf8_lossy(&bytes)
@@ -162,21 +278,54 @@ impl RunDir {
 
     /// Whether the run has exited or been cancelled.
     pub(crate) fn has_ended(&self) -> io::Result<bool> {
-        Ok(self.exit_code()?.is_some() || self.modified("cancelled")?.is_some())
+        Ok(self.exit_code(None)?.is_some() || self.seen("cancelled")?.is_some())
     }
 
-    /// When a file of the run last changed, `None` when it does not exist.
-    pub(crate) fn modified(&self, name: &str) -> io::Result<Option<SystemTime>> {
-        match fs::metadata(self.path(name)).and_then(|m| m.modified()) {
-            Ok(t) => Ok(Some(t)),
+    /// When a file of the run last changed and how long it was, `None` when it does not
+    /// exist. One `statx` asking for these two only (`fs::metadata` asks for everything), and
+    /// not syncing with a network file system's server (a poll is a look, not a barrier).
+    pub(crate) fn seen(&self, name: &str) -> io::Result<Option<Seen>> {
+        let (dir, path) = self.at(name);
+        let found = match rustix::fs::statx(
+            dir,
+            &*path,
+            AtFlags::STATX_DONT_SYNC,
+            StatxFlags::MTIME | StatxFlags::SIZE,
+        ) {
+            Ok(st) => Ok((st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec, st.stx_size)),
+            // A kernel (or a sandbox) without statx: the older call.
+            Err(rustix::io::Errno::NOSYS) => {
+                rustix::fs::statat(dir, &*path, AtFlags::empty()).map(|st| {
+                    (
+                        st.st_mtime,
+                        u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+                        u64::try_from(st.st_size).unwrap_or(0),
+                    )
+                })
+            }
+            Err(e) => Err(e),
+        }
+        .map_err(io::Error::from)
+        .and_then(|(secs, nanos, len)| {
+            Ok(Seen {
+                modified: system_time(secs, nanos)?,
+                len,
+            })
+        });
+        match found {
+            Ok(seen) => Ok(Some(seen)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// The last non-empty line of the status file.
-    pub(crate) fn status_line(&self) -> io::Result<Option<String>> {
-        let Some(bytes) = self.read("status")? else {
+    /// The last non-empty line of the status file, as a look at it just found it (`seen`):
+    /// an empty file is not opened.
+    pub(crate) fn status_line(&self, seen: Seen) -> io::Result<Option<String>> {
+        if seen.len == 0 {
+            return Ok(None);
+        }
+        let Some(bytes) = self.read("status", Some(seen.len))? else {
             return Ok(None);
         };
         let text = String::from_utf8_lossy(&bytes);
@@ -194,8 +343,8 @@ impl RunDir {
     pub(crate) fn output(&self) -> io::Result<Value> {
         let mut bytes = Vec::new();
         let mut total = 0;
-        faults::check(&self.path("stdout"))?;
-        match fs::File::open(self.path("stdout")) {
+        faults::check(&self.0, "stdout")?;
+        match self.open_file("stdout") {
             Ok(f) => {
                 total = f.metadata()?.len();
                 f.take(MAX_STDOUT).read_to_end(&mut bytes)?;
@@ -222,7 +371,7 @@ impl RunDir {
 
     /// The last few KiB of stderr.
     pub(crate) fn stderr_tail(&self) -> io::Result<String> {
-        let Some(bytes) = self.read("stderr")? else {
+        let Some(bytes) = self.read("stderr", None)? else {
             return Ok(String::new());
         };
         let start = bytes.len().saturating_sub(MAX_STDERR_TAIL as usize);
@@ -252,7 +401,7 @@ impl RunDir {
             else {
                 continue;
             };
-            let Some(bytes) = read_optional(&entry.path().join("question.json"))? else {
+            let Some(bytes) = read_optional(&entry.path(), "question.json")? else {
                 continue;
             };
             let q: Question = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
@@ -313,10 +462,11 @@ impl RunDir {
     }
 }
 
-/// A file's bytes, `None` when it does not exist; other failures are errors.
-fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
-    faults::check(path)?;
-    match read_small(path) {
+/// The bytes of the file `name` in the folder `dir`, `None` when it does not exist; other
+/// failures are errors.
+fn read_optional(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    faults::check(dir, name)?;
+    match read_small(&dir.join(name)) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
@@ -343,7 +493,9 @@ pub(crate) mod faults {
         }
     }
 
-    pub(super) fn check(path: &Path) -> io::Result<()> {
+    /// Whether the read of the file `name` in the folder `dir` may go ahead.
+    pub(super) fn check(dir: &Path, name: &str) -> io::Result<()> {
+        let path = dir.join(name);
         let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
         let Some(i) = armed.iter().position(|(root, _)| path.starts_with(root)) else {
             return Ok(());
@@ -360,7 +512,7 @@ pub(crate) mod faults {
 #[cfg(not(test))]
 mod faults {
     #[inline(always)]
-    pub(super) fn check(_: &std::path::Path) -> std::io::Result<()> {
+    pub(super) fn check(_: &std::path::Path, _: &str) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -374,7 +526,7 @@ mod tests {
     #[test]
     fn an_answer_is_published_whole_once_even_after_a_crash_mid_answer() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let run = RunDir(dir.path().to_owned());
+        let run = RunDir::new(dir.path().to_owned());
         let question = Question {
             message: "Go?".into(),
             requested_schema: serde_json::json!({"type": "object"}),
@@ -426,6 +578,50 @@ mod tests {
         assert_eq!(
             read_small(&dir.path().join("missing")).map_err(|e| e.kind()),
             Err(io::ErrorKind::NotFound)
+        );
+    }
+
+    /// Reading up to what a look saw: a file as long as seen, one that grew past the first
+    /// buffer since, and one rewritten shorter since all come back whole.
+    #[test]
+    fn a_file_read_after_a_look_comes_back_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let open = || fs::File::open(&path).expect("open");
+        fs::write(&path, b"step 1\n").expect("write");
+        assert_eq!(read_file(open(), Some(7)).expect("read"), b"step 1\n");
+        let big: Vec<u8> = (0..3 * SMALL_FILE + 7).map(|i| (i % 251) as u8).collect();
+        fs::write(&path, &big).expect("write");
+        assert_eq!(read_file(open(), Some(7)).expect("read"), big);
+        fs::write(&path, b"2").expect("write");
+        assert_eq!(read_file(open(), Some(7)).expect("read"), b"2");
+        assert_eq!(read_file(open(), Some(0)).expect("read"), b"2");
+    }
+
+    /// An opened run folder looks files up in it: the same times and lengths as by path, and
+    /// `None` for a file that is not there; a folder that is not there is `NotFound`.
+    #[test]
+    fn an_opened_run_folder_sees_what_its_path_sees() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join("status"), b"copying\n").expect("write");
+        let opened = RunDir::open(dir.path().to_owned()).expect("open");
+        let by_path = RunDir::new(dir.path().to_owned());
+        let seen = opened.seen("status").expect("seen").expect("there");
+        assert_eq!(by_path.seen("status").expect("seen"), Some(seen));
+        let metadata = fs::metadata(dir.path().join("status")).expect("metadata");
+        assert_eq!(seen.modified, metadata.modified().expect("mtime"));
+        assert_eq!(seen.len, 8);
+        assert_eq!(
+            opened.status_line(seen).expect("status"),
+            Some("copying".into())
+        );
+        assert_eq!(opened.seen("exit").expect("seen"), None);
+        assert_eq!(opened.exit_code(None).expect("exit"), None);
+        assert_eq!(
+            RunDir::open(dir.path().join("gone"))
+                .map_err(|e| e.kind())
+                .err(),
+            Some(io::ErrorKind::NotFound)
         );
     }
 

@@ -20,7 +20,7 @@ pub fn sweep_expired_runs(state_dir: &Path) -> usize {
     entries
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| RunDir(e.path()))
+        .map(|e| RunDir::new(e.path()))
         .filter(|run| run.meta().is_ok_and(|meta| expired(run, &meta, now)))
         .filter(|run| std::fs::remove_dir_all(&run.0).is_ok())
         .count()
