@@ -116,11 +116,17 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         origins: origins::allowlist(&options.allowed_origins),
     };
     let service = McpService::new(server.clone(), Arc::new(caller_of));
-    let service = StreamableHttpService::new(
+    // Shared, not copied: axum clones a route's service for each request, and a clone of
+    // rmcp's copies its configuration (the allowed hosts and origins) every time.
+    let service = Arc::new(StreamableHttpService::new(
         move || Ok(service.clone()),
         Arc::new(NeverSessionManager::default()),
         config,
-    );
+    ));
+    let service = axum::routing::any(move |request: axum::extract::Request| {
+        let service = Arc::clone(&service);
+        async move { service.handle(request).await }
+    });
     // Layers run outermost last-added: see the module's list for the order a request meets.
     let dialect = dialect::Dialect {
         server: server.clone(),
