@@ -68,7 +68,11 @@ pub(crate) async fn observe(request: Request, next: Next) -> Response {
 }
 
 /// How the request ended, as its answer says, and the answer (rebuilt when its body was read).
+/// An answer made here (`poll`) says so in its extensions and is not read again.
 async fn ended(response: Response) -> (Ended, Response) {
+    if let Some(ended) = response.extensions().get::<Ended>() {
+        return (*ended, response);
+    }
     let status = response.status();
     if !is_json(response.headers()) {
         // An SSE stream (its events are the handler's) or an empty 202 for a notification.

@@ -20,6 +20,7 @@
 
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use flowgate_telemetry::Ended;
 use rmcp::model::{
     ClientCapabilities, ErrorCode, GetTaskResult, RequestId, ServerJsonRpcMessage, ServerResult,
 };
@@ -111,14 +112,26 @@ pub(crate) async fn answer(server: &FlowgateServer, caller: &Caller, poll: Poll<
         .instrument(span)
         .await;
     on_drop.disarm();
-    let message = match got {
-        Ok(view) => ServerJsonRpcMessage::response(
-            ServerResult::GetTaskResult(GetTaskResult::new(crate::mcp::detailed(view))),
-            poll.id,
+    let (message, ended) = match got {
+        Ok(view) => (
+            ServerJsonRpcMessage::response(
+                ServerResult::GetTaskResult(GetTaskResult::new(crate::mcp::detailed(view))),
+                poll.id,
+            ),
+            Ended::Ok,
         ),
-        Err(error) => ServerJsonRpcMessage::error(error, Some(poll.id)),
+        Err(error) => {
+            let code = i64::from(error.code.0);
+            (
+                ServerJsonRpcMessage::error(error, Some(poll.id)),
+                Ended::Error(code),
+            )
+        }
     };
-    respond(&message)
+    // How it ended, for `observe` (which would otherwise read the answer back).
+    let mut response = respond(&message);
+    response.extensions_mut().insert(ended);
+    response
 }
 
 #[cfg(test)]
