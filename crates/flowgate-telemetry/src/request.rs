@@ -13,6 +13,7 @@ use std::time::Instant;
 use tracing::field::Empty;
 
 use crate::SPAN_TARGET;
+use crate::traces::{REQUEST_SPAN, UNSAMPLED_TARGET};
 
 /// The methods flowgate serves, as metric label values (anything else is `other`, so a client
 /// cannot make up label values).
@@ -61,48 +62,60 @@ pub struct RequestInfo<'a> {
 #[derive(Debug)]
 pub struct Request {
     span: tracing::Span,
+    /// Whether `span` is the full span (else a marker or disabled: nothing to record on it).
+    sampled: bool,
     method: &'static str,
     began: Option<Instant>,
 }
 
 impl Request {
-    /// The request's span (disabled when traces are off), whose parent `parent` finds (asked
-    /// only when the span is recorded).
+    /// The request's span, whose parent `parent` finds (asked only when traces are on): the
+    /// full span when the sampler keeps the request, a bare marker span the trace pipeline
+    /// never sees when it does not (see [`crate::traces`]), a disabled one when traces are off.
     pub fn begin(
         info: RequestInfo<'_>,
         parent: impl FnOnce() -> Option<opentelemetry::Context>,
     ) -> Request {
         let method = method_label(info.method);
-        let span = tracing::info_span!(
-            target: SPAN_TARGET,
-            "mcp request",
-            otel.name = match info.tool {
-                Some(tool) if method == "tools/call" => format!("{method} {tool}"),
-                _ => method.to_owned(),
-            },
-            otel.kind = "server",
-            otel.status_code = Empty,
-            otel.status_description = Empty,
-            mcp.method.name = info.method,
-            jsonrpc.request.id = info.id,
-            mcp.protocol.version = info.revision,
-            network.transport = info.transport,
-            gen_ai.tool.name = info.tool.filter(|_| method == "tools/call"),
-            gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
-            flowgate.tool = info.tool.filter(|_| method == "tools/call"),
-            flowgate.principal.issuer = info.issuer,
-            flowgate.outcome = Empty,
-            error.r#type = Empty,
-            rpc.response.status_code = Empty,
-        );
-        if !span.is_disabled()
-            && let Some(parent) = parent()
-        {
-            crate::traces::set_parent(&span, parent);
-        }
+        let traced = tracing::enabled!(target: UNSAMPLED_TARGET, tracing::Level::INFO);
+        let parent = if traced { parent() } else { None };
+        let sampled = traced && crate::traces::sampled(parent.as_ref());
+        let span = if sampled {
+            let span = tracing::info_span!(
+                target: SPAN_TARGET,
+                REQUEST_SPAN,
+                otel.name = match info.tool {
+                    Some(tool) if method == "tools/call" => format!("{method} {tool}"),
+                    _ => method.to_owned(),
+                },
+                otel.kind = "server",
+                otel.status_code = Empty,
+                otel.status_description = Empty,
+                mcp.method.name = info.method,
+                jsonrpc.request.id = info.id,
+                mcp.protocol.version = info.revision,
+                network.transport = info.transport,
+                gen_ai.tool.name = info.tool.filter(|_| method == "tools/call"),
+                gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
+                flowgate.tool = info.tool.filter(|_| method == "tools/call"),
+                flowgate.principal.issuer = info.issuer,
+                flowgate.outcome = Empty,
+                error.r#type = Empty,
+                rpc.response.status_code = Empty,
+            );
+            if let Some(parent) = parent {
+                crate::traces::set_parent(&span, parent);
+            }
+            span
+        } else if traced {
+            tracing::info_span!(target: UNSAMPLED_TARGET, REQUEST_SPAN)
+        } else {
+            tracing::Span::none()
+        };
         let began = crate::metrics::get().map(|_| Instant::now());
         Request {
             span,
+            sampled,
             method,
             began,
         }
@@ -119,7 +132,7 @@ impl Request {
             Ended::Error(code) => Some(code),
             _ => None,
         };
-        if !self.span.is_disabled() {
+        if self.sampled {
             match ended {
                 Ended::Ok => {
                     self.span.record("flowgate.outcome", "ok");
@@ -163,7 +176,8 @@ pub enum Ended {
 
 /// Whether requests are traced or counted at all (when not, the transports skip the work).
 pub fn active() -> bool {
-    crate::metrics::get().is_some() || tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO)
+    crate::metrics::get().is_some()
+        || tracing::enabled!(target: UNSAMPLED_TARGET, tracing::Level::INFO)
 }
 
 /// Names the tool the request whose span is `span` works for (a `tasks/*` request, once its

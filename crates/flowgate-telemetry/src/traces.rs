@@ -14,19 +14,49 @@
 //!
 //! Only flowgate's own spans (target [`crate::SPAN_TARGET`]: one per MCP request, one per
 //! engine call) are exported; log events stay in the logs.
+//!
+//! The sampler (`OTEL_TRACES_SAMPLER`: `always_on`, `always_off`, `traceidratio`, and the
+//! `parentbased_` forms of these, the default `parentbased_always_on`) decides before a
+//! request's span is made, with the SDK's own samplers: a request it leaves out gets a bare
+//! marker span the trace pipeline never sees, and its engine calls get none, so an unsampled
+//! request costs the pipeline nothing (building a span to drop it cost a poll a fifth of its
+//! throughput). The SDK then records what was decided (its sampler is always on). A root's
+//! ratio decision is drawn from a fresh random trace id, as the SDK draws it.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use opentelemetry::trace::{SpanKind, TraceContextExt as _, TraceId, TracerProvider as _};
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{
+    IdGenerator as _, RandomIdGenerator, Sampler, SamplingDecision, SdkTracerProvider,
+    ShouldSample as _,
+};
 use tracing::Subscriber;
+use tracing::subscriber::Interest;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::SPAN_TARGET;
+
+/// The target of the marker span of a request the sampler left out: the trace pipeline takes
+/// none of it, but it is there, so the engine calls made inside it know to be left out too.
+/// (Under [`SPAN_TARGET`], so the logs leave it out with the rest.)
+pub(crate) const UNSAMPLED_TARGET: &str = "flowgate::otel::unsampled";
+/// The name of a request's span.
+pub(crate) const REQUEST_SPAN: &str = "mcp request";
+
+/// The process's sampler (set once by [`Traces::from_env`]; `parentbased_always_on` before).
+static SAMPLER: OnceLock<Sampler> = OnceLock::new();
+
+thread_local! {
+    /// How deep this thread is in entered marker spans of unsampled requests.
+    static UNSAMPLED: Cell<u32> = const { Cell::new(0) };
+}
 
 /// The variables that say where traces go, most specific first.
 const ENDPOINT_VARS: [&str; 2] = [
@@ -89,6 +119,89 @@ fn wanted(var: impl Fn(&str) -> Option<String>) -> Result<Option<(String, Protoc
     Ok(Some((endpoint, protocol)))
 }
 
+/// The sampler the variables `var` reads name (OpenTelemetry's names and defaults; a ratio
+/// outside 0..=1 or not a number is refused, naming the variable, where the SDK would quietly
+/// sample everything).
+fn sampler_wanted(var: impl Fn(&str) -> Option<String>) -> Result<Sampler, String> {
+    let name = var("OTEL_TRACES_SAMPLER").filter(|v| !v.trim().is_empty());
+    let name = name.as_deref().map_or("parentbased_always_on", str::trim);
+    let ratio = || match var("OTEL_TRACES_SAMPLER_ARG").filter(|v| !v.trim().is_empty()) {
+        None => Ok(1.0),
+        Some(arg) => match arg.trim().parse::<f64>() {
+            Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+            _ => Err(format!(
+                "OTEL_TRACES_SAMPLER_ARG={arg:?}: a sampling ratio is a number from 0 to 1"
+            )),
+        },
+    };
+    let parent_based = |root: Sampler| Sampler::ParentBased(Box::new(root));
+    Ok(match name {
+        "always_on" => Sampler::AlwaysOn,
+        "always_off" => Sampler::AlwaysOff,
+        "traceidratio" => Sampler::TraceIdRatioBased(ratio()?),
+        "parentbased_always_on" => parent_based(Sampler::AlwaysOn),
+        "parentbased_always_off" => parent_based(Sampler::AlwaysOff),
+        "parentbased_traceidratio" => parent_based(Sampler::TraceIdRatioBased(ratio()?)),
+        other => {
+            return Err(format!(
+                "OTEL_TRACES_SAMPLER={other:?}: flowgate samples with always_on, always_off, \
+                 traceidratio or their parentbased_ forms"
+            ));
+        }
+    })
+}
+
+fn sampler() -> &'static Sampler {
+    SAMPLER.get_or_init(|| Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+}
+
+/// Whether the sampler keeps a request whose remote parent is `parent` (`None`: a root).
+pub(crate) fn sampled(parent: Option<&opentelemetry::Context>) -> bool {
+    decide(sampler(), parent)
+}
+
+fn decide(sampler: &Sampler, parent: Option<&opentelemetry::Context>) -> bool {
+    let trace_id = parent
+        .map(|cx| cx.span().span_context().trace_id())
+        .filter(|id| *id != TraceId::INVALID)
+        .unwrap_or_else(|| RandomIdGenerator::default().new_trace_id());
+    let kept = sampler.should_sample(parent, trace_id, REQUEST_SPAN, &SpanKind::Server, &[], &[]);
+    kept.decision == SamplingDecision::RecordAndSample
+}
+
+/// Counts the thread's entries into marker spans (it sees no other span).
+struct Unsampled;
+
+impl<S: Subscriber> Layer<S> for Unsampled {
+    fn on_enter(&self, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        UNSAMPLED.with(|depth| depth.set(depth.get() + 1));
+    }
+
+    fn on_exit(&self, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        UNSAMPLED.with(|depth| depth.set(depth.get().saturating_sub(1)));
+    }
+}
+
+/// Whether the trace pipeline takes a span of [`SPAN_TARGET`]: a request's span was sampled
+/// when it was made; any other span is taken inside a taken span, left out inside an
+/// unsampled request, and sampled as a root elsewhere (an engine call of a background sweep).
+fn takes<S>(meta: &tracing::Metadata<'_>, cx: &tracing_subscriber::layer::Context<'_, S>) -> bool
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    // (The callsite filter says the same, but a filter's `enabled` is asked regardless.)
+    if meta.target() != SPAN_TARGET {
+        return false;
+    }
+    if meta.name() == REQUEST_SPAN {
+        return true;
+    }
+    if UNSAMPLED.with(Cell::get) > 0 {
+        return false;
+    }
+    cx.lookup_current().is_some() || sampled(None)
+}
+
 impl Traces {
     /// The pipeline the environment asks for, `None` when it asks for none.
     ///
@@ -118,8 +231,10 @@ impl Traces {
                 .build(),
         }
         .map_err(|e| format!("OpenTelemetry exporter for {endpoint}: {e}"))?;
+        let _ = SAMPLER.set(sampler_wanted(var)?);
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
+            .with_sampler(Sampler::AlwaysOn)
             .with_resource(resource())
             .build();
         Ok(Some(Traces {
@@ -143,22 +258,36 @@ impl Traces {
         }
     }
 
-    /// The subscriber layer that turns flowgate's spans into OpenTelemetry spans.
+    /// The subscriber layer that turns flowgate's sampled spans into OpenTelemetry spans (and
+    /// keeps the marker spans of unsampled requests).
+    ///
+    /// No OpenTelemetry context is attached while a span is entered (no code here reads
+    /// `Context::current()`: parents come from the spans, the adapters' trace context from
+    /// [`current_context`]), which spares every poll of a traced future a context switch.
     pub fn layer<S>(&self) -> impl Layer<S> + Send + Sync + 'static
     where
         S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
     {
+        use tracing_subscriber::filter::{dynamic_filter_fn, filter_fn};
         let tracer = self.provider.tracer("flowgate");
-        tracing_opentelemetry::layer()
+        let otel = tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_level(false)
             .with_location(false)
             .with_threads(false)
             .with_target(false)
             .with_tracked_inactivity(false)
-            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-                meta.target() == SPAN_TARGET
-            }))
+            .with_context_activation(false)
+            .with_filter(dynamic_filter_fn(takes::<S>).with_callsite_filter(|meta| {
+                if meta.target() == SPAN_TARGET {
+                    Interest::sometimes()
+                } else {
+                    Interest::never()
+                }
+            }));
+        Unsampled
+            .with_filter(filter_fn(|meta| meta.target() == UNSAMPLED_TARGET))
+            .and_then(otel)
     }
 
     /// Exports every span ended so far and waits for the collector's answer (on AWS Lambda,
@@ -329,6 +458,81 @@ mod tests {
     }
 
     #[test]
+    fn the_sampler_is_named_by_the_standard_variables_and_a_bad_one_is_refused() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let parent = |flags: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                "traceparent",
+                http::HeaderValue::from_str(&format!(
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}"
+                ))
+                .expect("header"),
+            );
+            remote_parent(None, Some(&headers)).expect("a parent")
+        };
+        let (kept, dropped) = (parent("01"), parent("00"));
+        let decisions = |sampler: &Sampler| {
+            (
+                decide(sampler, None),
+                decide(sampler, Some(&kept)),
+                decide(sampler, Some(&dropped)),
+            )
+        };
+        // The default follows a remote parent and keeps every root.
+        let default = sampler_wanted(vars(&[])).expect("default");
+        assert_eq!(decisions(&default), (true, true, false));
+        let none = sampler_wanted(vars(&[
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0"),
+        ]))
+        .expect("ratio 0");
+        assert_eq!(decisions(&none), (false, true, false));
+        let always = sampler_wanted(vars(&[("OTEL_TRACES_SAMPLER", "always_on")])).expect("on");
+        assert_eq!(decisions(&always), (true, true, true));
+        let off = sampler_wanted(vars(&[("OTEL_TRACES_SAMPLER", "always_off")])).expect("off");
+        assert_eq!(decisions(&off), (false, false, false));
+        // A ratio of a tenth keeps about a tenth of the roots.
+        let tenth = sampler_wanted(vars(&[
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.1"),
+        ]))
+        .expect("a tenth");
+        let roots = (0..10_000).filter(|_| decide(&tenth, None)).count();
+        assert!((700..1300).contains(&roots), "{roots} of 10,000 kept");
+        for (pairs, named) in [
+            (
+                &[("OTEL_TRACES_SAMPLER", "jaeger_remote")][..],
+                "OTEL_TRACES_SAMPLER",
+            ),
+            (
+                &[
+                    ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                    ("OTEL_TRACES_SAMPLER_ARG", "1.5"),
+                ][..],
+                "OTEL_TRACES_SAMPLER_ARG",
+            ),
+            (
+                &[
+                    ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+                    ("OTEL_TRACES_SAMPLER_ARG", "a tenth"),
+                ][..],
+                "OTEL_TRACES_SAMPLER_ARG",
+            ),
+        ] {
+            let e = sampler_wanted(vars(pairs)).expect_err("refused");
+            assert!(e.contains(named), "{e}");
+        }
+    }
+
+    #[test]
     fn a_request_names_its_parent_by_header_or_meta() {
         let mut headers = http::HeaderMap::new();
         headers.insert(
@@ -436,6 +640,86 @@ mod tests {
         ) -> Result<(), flowgate_core::EngineError> {
             Ok(())
         }
+    }
+
+    #[tokio::test]
+    async fn an_unsampled_request_and_its_engine_calls_cost_the_pipeline_nothing() {
+        use flowgate_core::Engine as _;
+        use tracing::Instrument as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+
+        crate::install_observer();
+        let collected = Collected::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(collected.clone())
+            .build();
+        let traces = Traces::with_provider(provider);
+        let subscriber = tracing_subscriber::registry().with(traces.layer());
+        let _default = tracing::subscriber::set_default(subscriber);
+        let engine = crate::Instrumented::with_metrics(Reporting::default(), "etl", None);
+        let run = flowgate_core::ExecutionRef("run-1".into());
+
+        // The process's sampler here is the default, parentbased_always_on: a request whose
+        // remote parent was not sampled is left out, one whose parent was is kept.
+        for (flags, id) in [("00", "1"), ("01", "2")] {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                "traceparent",
+                http::HeaderValue::from_str(&format!(
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}"
+                ))
+                .expect("header"),
+            );
+            let info = crate::RequestInfo {
+                method: "tasks/get",
+                id: Some(id),
+                transport: "tcp",
+                ..Default::default()
+            };
+            let request = crate::Request::begin(info, || remote_parent(None, Some(&headers)));
+            assert!(!request.span().is_disabled(), "a marker or a span");
+            let read = engine.get(&run).instrument(request.span().clone()).await;
+            assert!(read.is_err());
+            // An unsampled request's engine call has no trace context to hand to an adapter.
+            let seen = async { flowgate_core::observe::trace_context() }
+                .instrument(request.span().clone())
+                .await;
+            assert_eq!(seen.is_some(), flags == "01");
+            request.end(crate::Ended::Error(-32602));
+        }
+        // An engine call outside any request is a root, kept by the root sampler.
+        engine.get(&run).await.expect_err("throttled");
+        traces.flush().expect("flush");
+
+        let spans = collected.0.lock().expect("lock").clone();
+        let names: Vec<_> = spans.iter().map(|s| s.name.to_string()).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        let request = spans
+            .iter()
+            .find(|s| s.name == "tasks/get")
+            .expect("the sampled request");
+        assert_eq!(
+            attribute(request, "jsonrpc.request.id").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            attribute(request, "rpc.response.status_code").as_deref(),
+            Some("-32602")
+        );
+        let gets: Vec<_> = spans.iter().filter(|s| s.name == "reporting get").collect();
+        assert_eq!(gets.len(), 2, "{names:?}");
+        assert_eq!(
+            gets.iter()
+                .filter(|g| g.parent_span_id == request.span_context.span_id())
+                .count(),
+            1,
+            "one read is the sampled request's child"
+        );
+        assert!(
+            gets.iter()
+                .any(|g| g.parent_span_id == opentelemetry::trace::SpanId::INVALID),
+            "the other is a root"
+        );
     }
 
     #[tokio::test]
