@@ -378,8 +378,18 @@ pub fn set_parent(span: &tracing::Span, parent: opentelemetry::Context) {
     let _ = span.set_parent(parent);
 }
 
-/// The OpenTelemetry ids of the current span, when it is being recorded.
+/// The OpenTelemetry ids of the current span, when it is being recorded; inside a request the
+/// sampler left out, fresh ids marked not sampled (so a service the call reaches, X-Ray say,
+/// leaves it out too instead of deciding afresh).
 pub(crate) fn current_context() -> Option<flowgate_core::observe::TraceContext> {
+    if UNSAMPLED.with(Cell::get) > 0 {
+        let ids = RandomIdGenerator::default();
+        return Some(flowgate_core::observe::TraceContext {
+            trace_id: ids.new_trace_id().to_bytes(),
+            span_id: ids.new_span_id().to_bytes(),
+            sampled: false,
+        });
+    }
     let span = tracing::Span::current();
     if span.is_disabled() {
         return None;
@@ -680,11 +690,12 @@ mod tests {
             assert!(!request.span().is_disabled(), "a marker or a span");
             let read = engine.get(&run).instrument(request.span().clone()).await;
             assert!(read.is_err());
-            // An unsampled request's engine call has no trace context to hand to an adapter.
+            // An unsampled request's engine call hands on a context marked not sampled.
             let seen = async { flowgate_core::observe::trace_context() }
                 .instrument(request.span().clone())
-                .await;
-            assert_eq!(seen.is_some(), flags == "01");
+                .await
+                .expect("a trace context");
+            assert_eq!(seen.sampled, flags == "01");
             request.end(crate::Ended::Error(-32602));
         }
         // An engine call outside any request is a root, kept by the root sampler.
