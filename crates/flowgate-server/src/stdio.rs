@@ -99,10 +99,9 @@ fn observe(message: &Incoming) -> Option<flowgate_telemetry::Request> {
         return None;
     }
     message.method.as_ref()?;
-    let id = message.id.as_ref().map(ToString::to_string);
     let info = flowgate_telemetry::RequestInfo {
         method: message.method(),
-        id: Some(id.as_deref()?),
+        id: Some(message.id.as_ref()? as &dyn std::fmt::Display),
         tool: message.name(),
         revision: message.revision.as_deref(),
         issuer: None,

@@ -42,12 +42,13 @@ pub fn method_label(method: &str) -> &'static str {
 }
 
 /// What a request is, as far as the transport has read it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct RequestInfo<'a> {
     /// The JSON-RPC method.
     pub method: &'a str,
-    /// The JSON-RPC id (as JSON text), for requests.
-    pub id: Option<&'a str>,
+    /// The JSON-RPC id (shown as JSON text), for requests: written out only for a span the
+    /// sampler keeps.
+    pub id: Option<&'a dyn std::fmt::Display>,
     /// The tool a `tools/call` names.
     pub tool: Option<&'a str>,
     /// The protocol revision the request says it speaks.
@@ -56,6 +57,19 @@ pub struct RequestInfo<'a> {
     pub issuer: Option<&'a str>,
     /// `tcp` (HTTP) or `pipe` (stdio).
     pub transport: &'static str,
+}
+
+impl std::fmt::Debug for RequestInfo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestInfo")
+            .field("method", &self.method)
+            .field("id", &self.id.map(ToString::to_string))
+            .field("tool", &self.tool)
+            .field("revision", &self.revision)
+            .field("issuer", &self.issuer)
+            .field("transport", &self.transport)
+            .finish()
+    }
 }
 
 /// An MCP request being served: its span, and when it began (for its duration).
@@ -92,7 +106,7 @@ impl Request {
                 otel.status_code = Empty,
                 otel.status_description = Empty,
                 mcp.method.name = info.method,
-                jsonrpc.request.id = info.id,
+                jsonrpc.request.id = info.id.map(tracing::field::display),
                 mcp.protocol.version = info.revision,
                 network.transport = info.transport,
                 gen_ai.tool.name = info.tool.filter(|_| method == "tools/call"),

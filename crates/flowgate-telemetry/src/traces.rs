@@ -682,7 +682,7 @@ mod tests {
             );
             let info = crate::RequestInfo {
                 method: "tasks/get",
-                id: Some(id),
+                id: Some(&id),
                 transport: "tcp",
                 ..Default::default()
             };

@@ -38,10 +38,9 @@ pub(crate) async fn observe(request: Request, next: Next) -> Response {
     };
     let (mut parts, body) = request.into_parts();
     let caller = parts.extensions.get::<Caller>().cloned();
-    let id = message.id.as_ref().map(ToString::to_string);
     let info = RequestInfo {
         method: message.method(),
-        id: id.as_deref(),
+        id: message.id.as_ref().map(|id| id as &dyn std::fmt::Display),
         tool: message.name(),
         revision: message.revision.as_deref(),
         issuer: caller
