@@ -116,17 +116,11 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         origins: origins::allowlist(&options.allowed_origins),
     };
     let service = McpService::new(server.clone(), Arc::new(caller_of));
-    // Shared, not copied: axum clones a route's service for each request, and a clone of
-    // rmcp's copies its configuration (the allowed hosts and origins) every time.
-    let service = Arc::new(StreamableHttpService::new(
+    let service = Shared(Arc::new(StreamableHttpService::new(
         move || Ok(service.clone()),
         Arc::new(NeverSessionManager::default()),
         config,
-    ));
-    let service = axum::routing::any(move |request: axum::extract::Request| {
-        let service = Arc::clone(&service);
-        async move { service.handle(request).await }
-    });
+    )));
     // Layers run outermost last-added: see the module's list for the order a request meets.
     let dialect = dialect::Dialect {
         server: server.clone(),
@@ -167,6 +161,33 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     }
     app.route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(request_id::request_span))
+}
+
+/// rmcp's service, shared rather than copied: axum clones a route's service for every request,
+/// and a clone of rmcp's copies its whole configuration (the allowed hosts and origins).
+#[derive(Clone)]
+struct Shared(Arc<StreamableHttpService<McpService, NeverSessionManager>>);
+
+impl tower::Service<axum::extract::Request> for Shared {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
+        let rmcp = Arc::clone(&self.0);
+        Box::pin(async move {
+            Ok(axum::response::IntoResponse::into_response(
+                rmcp.handle(request).await,
+            ))
+        })
+    }
 }
 
 /// The caller of a request rmcp routes: the one `authenticate` put in the HTTP request's
