@@ -13,7 +13,7 @@ use std::time::Instant;
 use tracing::field::Empty;
 
 use crate::SPAN_TARGET;
-use crate::traces::{REQUEST_SPAN, UNSAMPLED_TARGET};
+use crate::traces::REQUEST_SPAN;
 
 /// The methods flowgate serves, as metric label values (anything else is `other`, so a client
 /// cannot make up label values).
@@ -76,22 +76,22 @@ impl std::fmt::Debug for RequestInfo<'_> {
 #[derive(Debug)]
 pub struct Request {
     span: tracing::Span,
-    /// Whether `span` is the full span (else a marker or disabled: nothing to record on it).
+    /// Whether `span` is recorded (else it is disabled: nothing to record on it).
     sampled: bool,
     method: &'static str,
     began: Option<Instant>,
 }
 
 impl Request {
-    /// The request's span, whose parent `parent` finds (asked only when traces are on): the
-    /// full span when the sampler keeps the request, a bare marker span the trace pipeline
-    /// never sees when it does not (see [`crate::traces`]), a disabled one when traces are off.
+    /// The request's span, whose parent `parent` finds (asked only when traces are on): a
+    /// disabled span when traces are off or the sampler leaves the request out (see
+    /// [`crate::traces`]).
     pub fn begin(
         info: RequestInfo<'_>,
         parent: impl FnOnce() -> Option<opentelemetry::Context>,
     ) -> Request {
         let method = method_label(info.method);
-        let traced = tracing::enabled!(target: UNSAMPLED_TARGET, tracing::Level::INFO);
+        let traced = tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO);
         let parent = if traced { parent() } else { None };
         let sampled = traced && crate::traces::sampled(parent.as_ref());
         let span = if sampled {
@@ -121,8 +121,6 @@ impl Request {
                 crate::traces::set_parent(&span, parent);
             }
             span
-        } else if traced {
-            tracing::info_span!(target: UNSAMPLED_TARGET, REQUEST_SPAN)
         } else {
             tracing::Span::none()
         };
@@ -190,8 +188,7 @@ pub enum Ended {
 
 /// Whether requests are traced or counted at all (when not, the transports skip the work).
 pub fn active() -> bool {
-    crate::metrics::get().is_some()
-        || tracing::enabled!(target: UNSAMPLED_TARGET, tracing::Level::INFO)
+    crate::metrics::get().is_some() || tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO)
 }
 
 /// Names the tool the request whose span is `span` works for (a `tasks/*` request, once its

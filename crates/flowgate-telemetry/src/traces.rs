@@ -17,13 +17,14 @@
 //!
 //! The sampler (`OTEL_TRACES_SAMPLER`: `always_on`, `always_off`, `traceidratio`, and the
 //! `parentbased_` forms of these, the default `parentbased_always_on`) decides before a
-//! request's span is made, with the SDK's own samplers: a request it leaves out gets a bare
-//! marker span the trace pipeline never sees, and its engine calls get none, so an unsampled
-//! request costs the pipeline nothing (building a span to drop it cost a poll a fifth of its
-//! throughput). The SDK then records what was decided (its sampler is always on). A root's
-//! ratio decision is drawn from a fresh random trace id, as the SDK draws it.
+//! request's span is made, with the SDK's own samplers: a request it leaves out gets no span,
+//! and its engine calls none, so an unsampled request costs the pipeline nothing (building a
+//! span to drop it cost a poll a fifth of its throughput). The SDK then records what was
+//! decided (its sampler is always on). A root's ratio decision is drawn from a fresh random
+//! trace id, as the SDK draws it. Engine calls are traced as children of a sampled request;
+//! the few made outside any request (the Step Functions engine's listing sweep) are counted
+//! in the metrics only.
 
-use std::cell::Cell;
 use std::sync::OnceLock;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
@@ -43,20 +44,11 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::SPAN_TARGET;
 
-/// The target of the marker span of a request the sampler left out: the trace pipeline takes
-/// none of it, but it is there, so the engine calls made inside it know to be left out too.
-/// (Under [`SPAN_TARGET`], so the logs leave it out with the rest.)
-pub(crate) const UNSAMPLED_TARGET: &str = "flowgate::otel::unsampled";
 /// The name of a request's span.
 pub(crate) const REQUEST_SPAN: &str = "mcp request";
 
 /// The process's sampler (set once by [`Traces::from_env`]; `parentbased_always_on` before).
 static SAMPLER: OnceLock<Sampler> = OnceLock::new();
-
-thread_local! {
-    /// How deep this thread is in entered marker spans of unsampled requests.
-    static UNSAMPLED: Cell<u32> = const { Cell::new(0) };
-}
 
 /// The variables that say where traces go, most specific first.
 const ENDPOINT_VARS: [&str; 2] = [
@@ -169,22 +161,9 @@ fn decide(sampler: &Sampler, parent: Option<&opentelemetry::Context>) -> bool {
     kept.decision == SamplingDecision::RecordAndSample
 }
 
-/// Counts the thread's entries into marker spans (it sees no other span).
-struct Unsampled;
-
-impl<S: Subscriber> Layer<S> for Unsampled {
-    fn on_enter(&self, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
-        UNSAMPLED.with(|depth| depth.set(depth.get() + 1));
-    }
-
-    fn on_exit(&self, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
-        UNSAMPLED.with(|depth| depth.set(depth.get().saturating_sub(1)));
-    }
-}
-
 /// Whether the trace pipeline takes a span of [`SPAN_TARGET`]: a request's span was sampled
-/// when it was made; any other span is taken inside a taken span, left out inside an
-/// unsampled request, and sampled as a root elsewhere (an engine call of a background sweep).
+/// when it was made (an unsampled request has none); an engine call's is taken inside a taken
+/// request's span. (`enabled!` asks with a hint, which says the pipeline is there.)
 fn takes<S>(meta: &tracing::Metadata<'_>, cx: &tracing_subscriber::layer::Context<'_, S>) -> bool
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -193,13 +172,7 @@ where
     if meta.target() != SPAN_TARGET {
         return false;
     }
-    if meta.name() == REQUEST_SPAN {
-        return true;
-    }
-    if UNSAMPLED.with(Cell::get) > 0 {
-        return false;
-    }
-    cx.lookup_current().is_some() || sampled(None)
+    !meta.is_span() || meta.name() == REQUEST_SPAN || cx.lookup_current().is_some()
 }
 
 impl Traces {
@@ -258,8 +231,7 @@ impl Traces {
         }
     }
 
-    /// The subscriber layer that turns flowgate's sampled spans into OpenTelemetry spans (and
-    /// keeps the marker spans of unsampled requests).
+    /// The subscriber layer that turns flowgate's sampled spans into OpenTelemetry spans.
     ///
     /// No OpenTelemetry context is attached while a span is entered (no code here reads
     /// `Context::current()`: parents come from the spans, the adapters' trace context from
@@ -268,9 +240,9 @@ impl Traces {
     where
         S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
     {
-        use tracing_subscriber::filter::{dynamic_filter_fn, filter_fn};
+        use tracing_subscriber::filter::{LevelFilter, dynamic_filter_fn};
         let tracer = self.provider.tracer("flowgate");
-        let otel = tracing_opentelemetry::layer()
+        tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_level(false)
             .with_location(false)
@@ -278,16 +250,19 @@ impl Traces {
             .with_target(false)
             .with_tracked_inactivity(false)
             .with_context_activation(false)
-            .with_filter(dynamic_filter_fn(takes::<S>).with_callsite_filter(|meta| {
-                if meta.target() == SPAN_TARGET {
-                    Interest::sometimes()
-                } else {
-                    Interest::never()
-                }
-            }));
-        Unsampled
-            .with_filter(filter_fn(|meta| meta.target() == UNSAMPLED_TARGET))
-            .and_then(otel)
+            .with_filter(
+                dynamic_filter_fn(takes::<S>)
+                    .with_callsite_filter(|meta| {
+                        if meta.target() == SPAN_TARGET {
+                            Interest::sometimes()
+                        } else {
+                            Interest::never()
+                        }
+                    })
+                    // flowgate's spans are INFO: the hint keeps every crate's `debug!` and
+                    // `trace!` off by the global level check.
+                    .with_max_level_hint(LevelFilter::INFO),
+            )
     }
 
     /// Exports every span ended so far and waits for the collector's answer (on AWS Lambda,
@@ -378,18 +353,8 @@ pub fn set_parent(span: &tracing::Span, parent: opentelemetry::Context) {
     let _ = span.set_parent(parent);
 }
 
-/// The OpenTelemetry ids of the current span, when it is being recorded; inside a request the
-/// sampler left out, fresh ids marked not sampled (so a service the call reaches, X-Ray say,
-/// leaves it out too instead of deciding afresh).
+/// The OpenTelemetry ids of the current span, when it is being recorded.
 pub(crate) fn current_context() -> Option<flowgate_core::observe::TraceContext> {
-    if UNSAMPLED.with(Cell::get) > 0 {
-        let ids = RandomIdGenerator::default();
-        return Some(flowgate_core::observe::TraceContext {
-            trace_id: ids.new_trace_id().to_bytes(),
-            span_id: ids.new_span_id().to_bytes(),
-            sampled: false,
-        });
-    }
     let span = tracing::Span::current();
     if span.is_disabled() {
         return None;
@@ -687,24 +652,23 @@ mod tests {
                 ..Default::default()
             };
             let request = crate::Request::begin(info, || remote_parent(None, Some(&headers)));
-            assert!(!request.span().is_disabled(), "a marker or a span");
+            assert_eq!(request.span().is_disabled(), flags == "00");
             let read = engine.get(&run).instrument(request.span().clone()).await;
             assert!(read.is_err());
-            // An unsampled request's engine call hands on a context marked not sampled.
+            // Only a sampled request's engine call has a trace to hand on.
             let seen = async { flowgate_core::observe::trace_context() }
                 .instrument(request.span().clone())
-                .await
-                .expect("a trace context");
-            assert_eq!(seen.sampled, flags == "01");
+                .await;
+            assert_eq!(seen.is_some_and(|cx| cx.sampled), flags == "01");
             request.end(crate::Ended::Error(-32602));
         }
-        // An engine call outside any request is a root, kept by the root sampler.
+        // An engine call outside any request is counted, not traced.
         engine.get(&run).await.expect_err("throttled");
         traces.flush().expect("flush");
 
         let spans = collected.0.lock().expect("lock").clone();
         let names: Vec<_> = spans.iter().map(|s| s.name.to_string()).collect();
-        assert_eq!(names.len(), 3, "{names:?}");
+        assert_eq!(names.len(), 2, "{names:?}");
         let request = spans
             .iter()
             .find(|s| s.name == "tasks/get")
@@ -717,20 +681,11 @@ mod tests {
             attribute(request, "rpc.response.status_code").as_deref(),
             Some("-32602")
         );
-        let gets: Vec<_> = spans.iter().filter(|s| s.name == "reporting get").collect();
-        assert_eq!(gets.len(), 2, "{names:?}");
-        assert_eq!(
-            gets.iter()
-                .filter(|g| g.parent_span_id == request.span_context.span_id())
-                .count(),
-            1,
-            "one read is the sampled request's child"
-        );
-        assert!(
-            gets.iter()
-                .any(|g| g.parent_span_id == opentelemetry::trace::SpanId::INVALID),
-            "the other is a root"
-        );
+        let get = spans
+            .iter()
+            .find(|s| s.name == "reporting get")
+            .expect("the sampled request's read");
+        assert_eq!(get.parent_span_id, request.span_context.span_id());
     }
 
     #[tokio::test]
@@ -749,7 +704,7 @@ mod tests {
 
         let engine = crate::Instrumented::with_metrics(Reporting::default(), "etl", None);
         let request =
-            tracing::info_span!(target: SPAN_TARGET, "request", otel.name = "tools/call etl");
+            tracing::info_span!(target: SPAN_TARGET, REQUEST_SPAN, otel.name = "tools/call etl");
         let mut headers = http::HeaderMap::new();
         headers.insert(
             "traceparent",
