@@ -343,7 +343,9 @@ pub fn remote_parent(
         return Some(cx);
     }
     let headers = headers?;
-    headers.get("traceparent")?;
+    // (A constant name: a `&str` is parsed into a header name on every look-up.)
+    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    headers.get(TRACEPARENT)?;
     valid(propagator.extract(&Headers(headers)))
 }
 
