@@ -90,22 +90,26 @@ impl<E: Engine> Instrumented<E> {
     ) -> Result<T, EngineError> {
         let engine = self.inner.kind();
         let attempt = current_attempt();
-        let span = tracing::info_span!(
-            target: SPAN_TARGET,
-            "engine call",
-            otel.name = format_args!("{engine} {operation}").to_string(),
-            otel.kind = "client",
-            otel.status_code = Empty,
-            otel.status_description = Empty,
-            flowgate.engine = engine,
-            flowgate.operation = operation,
-            flowgate.tool = &*self.tool,
-            flowgate.retry = attempt > 1,
-            flowgate.attempt = i64::from(attempt),
-            flowgate.status = Empty,
-            flowgate.throttled = Empty,
-            flowgate.task.state = Empty,
-        );
+        let span = if crate::traces::in_traced_request() {
+            tracing::info_span!(
+                target: SPAN_TARGET,
+                "engine call",
+                otel.name = format_args!("{engine} {operation}").to_string(),
+                otel.kind = "client",
+                otel.status_code = Empty,
+                otel.status_description = Empty,
+                flowgate.engine = engine,
+                flowgate.operation = operation,
+                flowgate.tool = &*self.tool,
+                flowgate.retry = attempt > 1,
+                flowgate.attempt = i64::from(attempt),
+                flowgate.status = Empty,
+                flowgate.throttled = Empty,
+                flowgate.task.state = Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
         if span.is_disabled() && self.metrics.is_none() {
             return call.await;
         }

@@ -161,6 +161,26 @@ fn decide(sampler: &Sampler, parent: Option<&opentelemetry::Context>) -> bool {
     kept.decision == SamplingDecision::RecordAndSample
 }
 
+/// Whether the current span is within a traced request's span: engine calls make their span
+/// only then. (A span every per-layer filter turns down is still made, entered and closed by
+/// the registry when a filter's answer depends on the context, as this one's does: asking
+/// first spares an unsampled request that work.)
+pub(crate) fn in_traced_request() -> bool {
+    tracing::dispatcher::get_default(|dispatch| {
+        let Some(registry) = dispatch.downcast_ref::<tracing_subscriber::Registry>() else {
+            return false;
+        };
+        let current = registry.current_span();
+        let Some(id) = current.id() else {
+            return false;
+        };
+        registry.span(id).is_some_and(|span| {
+            span.scope()
+                .any(|s| s.metadata().target() == SPAN_TARGET && s.name() == REQUEST_SPAN)
+        })
+    })
+}
+
 /// Whether the trace pipeline takes a span of [`SPAN_TARGET`]: a request's span was sampled
 /// when it was made (an unsampled request has none); an engine call's is taken inside a taken
 /// request's span. (`enabled!` asks with a hint, which says the pipeline is there.)
@@ -573,6 +593,8 @@ mod tests {
     #[derive(Debug, Default)]
     struct Reporting {
         seen: std::sync::Mutex<Option<flowgate_core::observe::TraceContext>>,
+        /// Whether each read ran inside a span (recorded or not).
+        read_in_span: std::sync::Mutex<Vec<bool>>,
     }
 
     #[async_trait::async_trait]
@@ -598,6 +620,10 @@ mod tests {
             &self,
             _: &flowgate_core::ExecutionRef,
         ) -> Result<flowgate_core::ExecutionRecord, flowgate_core::EngineError> {
+            self.read_in_span
+                .lock()
+                .expect("lock")
+                .push(!tracing::Span::current().is_none());
             Err(flowgate_core::EngineError::Throttled {
                 engine: "reporting",
                 retry_after: None,
@@ -631,7 +657,15 @@ mod tests {
             .with_simple_exporter(collected.clone())
             .build();
         let traces = Traces::with_provider(provider);
-        let subscriber = tracing_subscriber::registry().with(traces.layer());
+        // Log lines beside, filtered as the binary filters them (its spans left out).
+        let lines = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::sink)
+            .with_filter(tracing_subscriber::EnvFilter::new(format!(
+                "warn,{SPAN_TARGET}=off"
+            )));
+        let subscriber = tracing_subscriber::registry()
+            .with(lines)
+            .with(traces.layer());
         let _default = tracing::subscriber::set_default(subscriber);
         let engine = crate::Instrumented::with_metrics(Reporting::default(), "etl", None);
         let run = flowgate_core::ExecutionRef("run-1".into());
@@ -666,6 +700,11 @@ mod tests {
         }
         // An engine call outside any request is counted, not traced.
         engine.get(&run).await.expect_err("throttled");
+        // Only the sampled request's read had a span at all: the others made none.
+        assert_eq!(
+            *engine.inner().read_in_span.lock().expect("lock"),
+            [false, true, false]
+        );
         traces.flush().expect("flush");
 
         let spans = collected.0.lock().expect("lock").clone();
