@@ -32,6 +32,13 @@ serve_flowgate() {
 stop_flowgate() {
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
+  # A run outlives its server by design: stop the process group of each run still going (one
+  # with an `exit` file has ended, and its group id may be someone else's by now). Its
+  # commands' own command lines need not name the state folder (`flowgate ask` does not).
+  local f
+  for f in "$work"/state/runs/*/pid; do
+    [ -f "$f" ] && [ ! -f "${f%pid}exit" ] && kill -TERM -- "-$(cut -d' ' -f1 "$f")" 2>/dev/null || true
+  done
   pkill -f "$work/state" 2>/dev/null || true
   rm -rf "$work"
 }

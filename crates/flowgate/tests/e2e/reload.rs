@@ -253,4 +253,6 @@ async fn a_task_whose_tool_is_no_longer_served_gets_an_error_saying_so() {
             .unwrap_or_default()
             .contains("no longer served")
     );
+    // The retired tool's command still waits for its answer: stopped, so it outlives nothing.
+    crate::support::stop_runs(dir.path());
 }

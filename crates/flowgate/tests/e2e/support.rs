@@ -329,6 +329,24 @@ pub(crate) fn recorded_answers(state_dir: &Path) -> usize {
         .count()
 }
 
+/// Stops the local engine's runs under `state_dir` that are still going (a run outlives its
+/// server by design; a test that leaves one waiting stops it, so nothing outlives the suite).
+pub(crate) fn stop_runs(state_dir: &Path) {
+    for run in runs(state_dir) {
+        if run.join("exit").exists() {
+            continue;
+        }
+        if let Ok(pid) = std::fs::read_to_string(run.join("pid"))
+            && let Some(pgid) = pid.split_whitespace().next()
+        {
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{pgid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 /// Whether any process of the group is alive.
 pub(crate) fn group_alive(pgid: &str) -> bool {
     Command::new("kill")
