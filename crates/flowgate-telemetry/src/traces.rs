@@ -454,6 +454,19 @@ mod tests {
         assert!(e.contains("OTEL_TRACES_EXPORTER"), "{e}");
     }
 
+    /// Headers naming a remote parent in one trace, sampled or not as `flags` says.
+    fn traceparent(flags: &str) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_str(&format!(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}"
+            ))
+            .expect("header"),
+        );
+        headers
+    }
+
     #[test]
     fn the_sampler_is_named_by_the_standard_variables_and_a_bad_one_is_refused() {
         let vars = |pairs: &'static [(&'static str, &'static str)]| {
@@ -464,17 +477,8 @@ mod tests {
                     .map(|(_, v)| (*v).to_owned())
             }
         };
-        let parent = |flags: &str| {
-            let mut headers = http::HeaderMap::new();
-            headers.insert(
-                "traceparent",
-                http::HeaderValue::from_str(&format!(
-                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}"
-                ))
-                .expect("header"),
-            );
-            remote_parent(None, Some(&headers)).expect("a parent")
-        };
+        let parent =
+            |flags: &str| remote_parent(None, Some(&traceparent(flags))).expect("a parent");
         let (kept, dropped) = (parent("01"), parent("00"));
         let decisions = |sampler: &Sampler| {
             (
@@ -645,18 +649,24 @@ mod tests {
         }
     }
 
+    /// A trace pipeline exporting to memory (each span as it ends), with the adapters'
+    /// reports connected.
+    fn in_memory() -> (Collected, Traces) {
+        crate::install_observer();
+        let collected = Collected::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(collected.clone())
+            .build();
+        (collected, Traces::with_provider(provider))
+    }
+
     #[tokio::test]
     async fn an_unsampled_request_and_its_engine_calls_cost_the_pipeline_nothing() {
         use flowgate_core::Engine as _;
         use tracing::Instrument as _;
         use tracing_subscriber::layer::SubscriberExt as _;
 
-        crate::install_observer();
-        let collected = Collected::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(collected.clone())
-            .build();
-        let traces = Traces::with_provider(provider);
+        let (collected, traces) = in_memory();
         // Log lines beside, filtered as the binary filters them (its spans left out).
         let lines = tracing_subscriber::fmt::layer()
             .with_writer(std::io::sink)
@@ -673,14 +683,7 @@ mod tests {
         // The process's sampler here is the default, parentbased_always_on: a request whose
         // remote parent was not sampled is left out, one whose parent was is kept.
         for (flags, id) in [("00", "1"), ("01", "2")] {
-            let mut headers = http::HeaderMap::new();
-            headers.insert(
-                "traceparent",
-                http::HeaderValue::from_str(&format!(
-                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}"
-                ))
-                .expect("header"),
-            );
+            let headers = traceparent(flags);
             let info = crate::RequestInfo {
                 method: "tasks/get",
                 id: Some(&id),
@@ -734,12 +737,7 @@ mod tests {
         use flowgate_core::Engine as _;
         use tracing_subscriber::layer::SubscriberExt as _;
 
-        crate::install_observer();
-        let collected = Collected::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(collected.clone())
-            .build();
-        let traces = Traces::with_provider(provider);
+        let (collected, traces) = in_memory();
         let subscriber = tracing_subscriber::registry().with(traces.layer());
         let _default = tracing::subscriber::set_default(subscriber);
 
