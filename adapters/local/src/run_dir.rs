@@ -394,14 +394,14 @@ impl RunDir {
         let mut out = Vec::new();
         for entry in entries {
             let entry = entry?;
-            let Some(n) = entry
-                .file_name()
+            let name = entry.file_name();
+            let Some((name, n)) = name
                 .to_str()
-                .and_then(|n| n.parse::<u64>().ok())
+                .and_then(|name| Some((name, name.parse::<u64>().ok()?)))
             else {
                 continue;
             };
-            let Some(bytes) = read_optional(&entry.path(), "question.json")? else {
+            let Some(bytes) = self.read(&format!("questions/{name}/question.json"), None)? else {
                 continue;
             };
             let q: Question = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
@@ -459,17 +459,6 @@ impl RunDir {
     pub(crate) fn read_answer(&self, n: u64) -> Option<InputResponse> {
         let bytes = fs::read(self.questions_dir().join(n.to_string()).join("answer.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
-    }
-}
-
-/// The bytes of the file `name` in the folder `dir`, `None` when it does not exist; other
-/// failures are errors.
-fn read_optional(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
-    faults::check(dir, name)?;
-    match read_small(&dir.join(name)) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
     }
 }
 
