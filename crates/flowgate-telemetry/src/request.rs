@@ -76,8 +76,6 @@ impl std::fmt::Debug for RequestInfo<'_> {
 #[derive(Debug)]
 pub struct Request {
     span: tracing::Span,
-    /// Whether `span` is recorded (else it is disabled: nothing to record on it).
-    sampled: bool,
     method: &'static str,
     began: Option<Instant>,
 }
@@ -93,8 +91,7 @@ impl Request {
         let method = method_label(info.method);
         let traced = tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO);
         let parent = if traced { parent() } else { None };
-        let sampled = traced && crate::traces::sampled(parent.as_ref());
-        let span = if sampled {
+        let span = if traced && crate::traces::sampled(parent.as_ref()) {
             let span = tracing::info_span!(
                 target: SPAN_TARGET,
                 REQUEST_SPAN,
@@ -127,7 +124,6 @@ impl Request {
         let began = crate::metrics::get().map(|_| Instant::now());
         Request {
             span,
-            sampled,
             method,
             began,
         }
@@ -144,7 +140,7 @@ impl Request {
             Ended::Error(code) => Some(code),
             _ => None,
         };
-        if self.sampled {
+        if !self.span.is_disabled() {
             match ended {
                 Ended::Ok => {
                     self.span.record("flowgate.outcome", "ok");

@@ -37,7 +37,6 @@ use opentelemetry_sdk::trace::{
     ShouldSample as _,
 };
 use tracing::Subscriber;
-use tracing::subscriber::Interest;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
@@ -162,9 +161,10 @@ fn decide(sampler: &Sampler, parent: Option<&opentelemetry::Context>) -> bool {
 }
 
 /// Whether the current span is within a traced request's span: engine calls make their span
-/// only then. (A span every per-layer filter turns down is still made, entered and closed by
-/// the registry when a filter's answer depends on the context, as this one's does: asking
-/// first spares an unsampled request that work.)
+/// only then, so the two places that make flowgate's spans decide which are traced and the
+/// layer's filter is its target alone. (A filter that asked the context instead would not
+/// spare an unsampled request the work: the registry still makes, enters and closes a span
+/// that every per-layer filter turns down when a filter's answer depends on the context.)
 pub(crate) fn in_traced_request() -> bool {
     tracing::dispatcher::get_default(|dispatch| {
         let Some(registry) = dispatch.downcast_ref::<tracing_subscriber::Registry>() else {
@@ -179,20 +179,6 @@ pub(crate) fn in_traced_request() -> bool {
                 .any(|s| s.metadata().target() == SPAN_TARGET && s.name() == REQUEST_SPAN)
         })
     })
-}
-
-/// Whether the trace pipeline takes a span of [`SPAN_TARGET`]: a request's span was sampled
-/// when it was made (an unsampled request has none); an engine call's is taken inside a taken
-/// request's span. (`enabled!` asks with a hint, which says the pipeline is there.)
-fn takes<S>(meta: &tracing::Metadata<'_>, cx: &tracing_subscriber::layer::Context<'_, S>) -> bool
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    // (The callsite filter says the same, but a filter's `enabled` is asked regardless.)
-    if meta.target() != SPAN_TARGET {
-        return false;
-    }
-    !meta.is_span() || meta.name() == REQUEST_SPAN || cx.lookup_current().is_some()
 }
 
 impl Traces {
@@ -260,7 +246,7 @@ impl Traces {
     where
         S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
     {
-        use tracing_subscriber::filter::{LevelFilter, dynamic_filter_fn};
+        use tracing_subscriber::filter::{LevelFilter, filter_fn};
         let tracer = self.provider.tracer("flowgate");
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
@@ -271,14 +257,7 @@ impl Traces {
             .with_tracked_inactivity(false)
             .with_context_activation(false)
             .with_filter(
-                dynamic_filter_fn(takes::<S>)
-                    .with_callsite_filter(|meta| {
-                        if meta.target() == SPAN_TARGET {
-                            Interest::sometimes()
-                        } else {
-                            Interest::never()
-                        }
-                    })
+                filter_fn(|meta| meta.target() == SPAN_TARGET)
                     // flowgate's spans are INFO: the hint keeps every crate's `debug!` and
                     // `trace!` off by the global level check.
                     .with_max_level_hint(LevelFilter::INFO),
@@ -397,15 +376,17 @@ pub(crate) fn current_context() -> Option<flowgate_core::observe::TraceContext> 
 mod tests {
     use super::*;
 
+    /// An environment holding only `pairs`, as the settings' readers take one.
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name: &str| map.get(name).cloned()
+    }
+
     #[test]
     fn nothing_is_exported_without_an_endpoint_and_a_bad_setting_is_named() {
-        let vars = |pairs: &[(&str, &str)]| {
-            let map: std::collections::HashMap<String, String> = pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            move |name: &str| map.get(name).cloned()
-        };
         assert_eq!(wanted(vars(&[])), Ok(None));
         assert_eq!(
             wanted(vars(&[
@@ -469,14 +450,6 @@ mod tests {
 
     #[test]
     fn the_sampler_is_named_by_the_standard_variables_and_a_bad_one_is_refused() {
-        let vars = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| (*v).to_owned())
-            }
-        };
         let parent =
             |flags: &str| remote_parent(None, Some(&traceparent(flags))).expect("a parent");
         let (kept, dropped) = (parent("01"), parent("00"));
@@ -535,13 +508,7 @@ mod tests {
 
     #[test]
     fn a_request_names_its_parent_by_header_or_meta() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert(
-            "traceparent",
-            http::HeaderValue::from_static(
-                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            ),
-        );
+        let headers = traceparent("01");
         let parent = remote_parent(None, Some(&headers)).expect("a parent");
         assert_eq!(
             parent.span().span_context().trace_id().to_string(),
@@ -744,16 +711,9 @@ mod tests {
         let engine = crate::Instrumented::with_metrics(Reporting::default(), "etl", None);
         let request =
             tracing::info_span!(target: SPAN_TARGET, REQUEST_SPAN, otel.name = "tools/call etl");
-        let mut headers = http::HeaderMap::new();
-        headers.insert(
-            "traceparent",
-            http::HeaderValue::from_static(
-                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            ),
-        );
         set_parent(
             &request,
-            remote_parent(None, Some(&headers)).expect("parent"),
+            remote_parent(None, Some(&traceparent("01"))).expect("parent"),
         );
         let started = {
             use tracing::Instrument as _;
