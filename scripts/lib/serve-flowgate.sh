@@ -7,6 +7,8 @@
 # FLOWGATE_BIN names a binary already built (scripts/test passes the test build's, so the caller
 # costs no compile of its own); otherwise the debug binary is built.
 
+. scripts/lib/stop-runs.sh
+
 serve_flowgate() {
   local manifest=$1; shift
   local bin
@@ -32,13 +34,7 @@ serve_flowgate() {
 stop_flowgate() {
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
-  # A run outlives its server by design: stop the process group of each run still going (one
-  # with an `exit` file has ended, and its group id may be someone else's by now). Its
-  # commands' own command lines need not name the state folder (`flowgate ask` does not).
-  local f
-  for f in "$work"/state/runs/*/pid; do
-    [ -f "$f" ] && [ ! -f "${f%pid}exit" ] && kill -TERM -- "-$(cut -d' ' -f1 "$f")" 2>/dev/null || true
-  done
+  stop_runs "$work/state"
   pkill -f "$work/state" 2>/dev/null || true
   rm -rf "$work"
 }
