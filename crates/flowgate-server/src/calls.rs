@@ -188,9 +188,8 @@ impl FlowgateServer {
             .pacing()
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let poll_interval_ms = entry.presentation.poll_interval_ms.max(paced);
-        if let Some(metrics) = flowgate_telemetry::metrics::get() {
-            let interval = std::time::Duration::from_millis(poll_interval_ms);
-            metrics.poll_interval(&entry.spec.name, interval);
+        if let Some(series) = &entry.series {
+            series.poll_interval(std::time::Duration::from_millis(poll_interval_ms));
         }
         TaskView {
             task_id: self.inner.keys.seal(&handle, caller.principal_key()),

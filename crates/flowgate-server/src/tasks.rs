@@ -128,9 +128,9 @@ impl FlowgateServer {
             }
             Err(e) => return Err(rpc_error(&entry.spec.name, &e)),
         };
-        if let Some(metrics) = flowgate_telemetry::metrics::get() {
+        if let Some(series) = &entry.series {
             let interval = std::time::Duration::from_millis(wire.poll_interval_ms);
-            metrics.task_get(&entry.spec.name, Some(interval));
+            series.task_get(interval);
         }
         Ok(TaskView {
             task_id: task_id.to_owned(),

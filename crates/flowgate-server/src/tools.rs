@@ -21,6 +21,8 @@ pub struct ToolEntry {
     pub presentation: Presentation,
     /// The compiled output schema every result must match, when the tool declares one.
     pub output: Option<Schema>,
+    /// The tool's metric series, when metrics are on (its engine counts its calls in them).
+    pub series: Option<Arc<flowgate_telemetry::metrics::ToolSeries>>,
 }
 
 /// Every tool the server offers, in manifest order. Entries are shared: a request holds the
@@ -66,8 +68,9 @@ impl ToolSet {
                     if let Some(metrics) = flowgate_telemetry::metrics::get() {
                         metrics.tool_engine(&spec.name, engine.kind());
                     }
-                    let engine: Arc<dyn Engine> =
-                        Arc::new(flowgate_telemetry::Instrumented::new(engine, &spec.name));
+                    let engine = flowgate_telemetry::Instrumented::new(engine, &spec.name);
+                    let series = engine.series().cloned();
+                    let engine: Arc<dyn Engine> = Arc::new(engine);
                     let output = match spec.output_check() {
                         Ok(output) => output,
                         Err(e) => {
@@ -94,6 +97,7 @@ impl ToolSet {
                         tool,
                         presentation,
                         output,
+                        series,
                     }));
                 }
                 Err(e) => errors.push(spec.target.locate(e.key.as_deref()).error(e.message)),

@@ -21,7 +21,9 @@ use tracing::Instrument as _;
 use tracing::field::Empty;
 
 use crate::SPAN_TARGET;
-use crate::metrics::{Metrics, ToolName};
+use std::sync::Arc;
+
+use crate::metrics::{Metrics, ToolName, ToolSeries};
 
 tokio::task_local! {
     /// Which attempt of a call the current engine call is (1 for the first).
@@ -59,7 +61,9 @@ pub fn outcome(error: Option<&EngineError>) -> &'static str {
 pub struct Instrumented<E> {
     inner: E,
     tool: ToolName,
-    metrics: Option<&'static Metrics>,
+    /// The tool's series, when metrics are on (shared with the server, which counts the
+    /// tool's polls in them).
+    series: Option<Arc<ToolSeries>>,
 }
 
 impl<E: Engine> Instrumented<E> {
@@ -70,11 +74,17 @@ impl<E: Engine> Instrumented<E> {
 
     /// `inner`, serving `tool`, counted in `metrics`.
     pub fn with_metrics(inner: E, tool: &str, metrics: Option<&'static Metrics>) -> Self {
+        let series = metrics.map(|m| Arc::new(ToolSeries::new(m, tool, inner.kind())));
         Instrumented {
             inner,
             tool: tool.into(),
-            metrics,
+            series,
         }
+    }
+
+    /// The tool's series, when metrics are on.
+    pub fn series(&self) -> Option<&Arc<ToolSeries>> {
+        self.series.as_ref()
     }
 
     /// The engine being decorated.
@@ -110,7 +120,7 @@ impl<E: Engine> Instrumented<E> {
         } else {
             tracing::Span::none()
         };
-        if span.is_disabled() && self.metrics.is_none() {
+        if span.is_disabled() && self.series.is_none() {
             return call.await;
         }
         let began = Instant::now();
@@ -120,10 +130,10 @@ impl<E: Engine> Instrumented<E> {
         if !span.is_disabled() {
             record(&span, outcome, &result, state);
         }
-        if let Some(metrics) = self.metrics {
-            metrics.engine_call(&self.tool, engine, operation, outcome, took);
+        if let Some(series) = &self.series {
+            series.engine_call(operation, outcome, took);
             if attempt > 1 {
-                metrics.engine_retry(&self.tool, engine, operation);
+                series.engine_retry(operation);
             }
         }
         result

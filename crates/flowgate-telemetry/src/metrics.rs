@@ -124,6 +124,9 @@ pub struct Metrics {
     tools: Gauge,
     /// Each tool's engine, for the task events (which name only the tool).
     engines: RwLock<HashMap<ToolName, &'static str>>,
+    /// The answered requests' series, by method (see [`ToolSeries`]).
+    requests_ok: [OnceLock<Counter>; crate::request::METHODS.len()],
+    request_durations: [OnceLock<Histogram>; crate::request::METHODS.len()],
 }
 
 impl Default for Metrics {
@@ -275,6 +278,8 @@ impl Metrics {
             last_reload_success_time,
             tools,
             engines: RwLock::default(),
+            requests_ok: Default::default(),
+            request_durations: Default::default(),
         }
     }
 
@@ -388,26 +393,6 @@ impl Metrics {
             .inc();
     }
 
-    /// A `tasks/get` answered for a task of `tool`, advertising `poll_interval`.
-    pub fn task_get(&self, tool: &str, poll_interval: Option<Duration>) {
-        let tool: ToolName = tool.into();
-        if let Some(interval) = poll_interval {
-            self.poll_interval
-                .get_or_create(&ToolOnly {
-                    tool: Arc::clone(&tool),
-                })
-                .set(interval.as_secs_f64());
-        }
-        self.tasks_get.get_or_create(&ToolOnly { tool }).inc();
-    }
-
-    /// The `pollIntervalMs` advertised for a new task of `tool`.
-    pub fn poll_interval(&self, tool: &str, interval: Duration) {
-        self.poll_interval
-            .get_or_create(&ToolOnly { tool: tool.into() })
-            .set(interval.as_secs_f64());
-    }
-
     /// A request refused before it reached a tool (`unauthenticated`, `insufficient_scope`, ...).
     pub fn auth_refused(&self, reason: &'static str) {
         self.auth_refusals.get_or_create(&Reason { reason }).inc();
@@ -422,16 +407,31 @@ impl Metrics {
         code: Option<i64>,
         took: Duration,
     ) {
-        self.requests
-            .get_or_create(&Request {
-                method,
-                outcome,
-                code,
-            })
-            .inc();
-        self.request_duration
-            .get_or_create(&Method { method })
-            .observe(took.as_secs_f64());
+        let series = Request {
+            method,
+            outcome,
+            code,
+        };
+        let index = crate::request::method_index(method);
+        // An answered request's series are kept (see `ToolSeries`); errors go through the family.
+        match index {
+            Some(i) if outcome == "ok" && code.is_none() => self.requests_ok[i]
+                .get_or_init(|| self.requests.get_or_create(&series).clone())
+                .inc(),
+            _ => self.requests.get_or_create(&series).inc(),
+        };
+        let duration = || {
+            self.request_duration
+                .get_or_create(&Method { method })
+                .clone()
+        };
+        let took = took.as_secs_f64();
+        match index {
+            Some(i) => self.request_durations[i]
+                .get_or_init(duration)
+                .observe(took),
+            None => duration().observe(took),
+        }
     }
 
     /// The tool set being served: `tools` tools, loaded now.
@@ -456,6 +456,149 @@ impl Metrics {
                     .inc();
                 self.last_reload_successful.set(0);
             }
+        }
+    }
+}
+
+/// The engine operations [`crate::Instrumented`] counts, as label values.
+pub(crate) const OPERATIONS: [&str; 6] = ["run_sync", "start", "get", "respond", "cancel", "list"];
+
+/// The outcomes of an engine call, as label values (what [`crate::outcome`] answers).
+pub(crate) const OUTCOMES: [&str; 10] = [
+    "ok",
+    "not_found",
+    "invalid_input",
+    "denied",
+    "throttled",
+    "unavailable",
+    "timeout",
+    "misconfigured",
+    "unsupported",
+    "error",
+];
+
+/// The position of `value` in `list`.
+fn slot(list: &[&str], value: &str) -> Option<usize> {
+    list.iter().position(|v| *v == value)
+}
+
+/// The series one tool counts in on every poll (its engine calls, its `tasks/get`, its
+/// advertised interval), each found in its family the first time it is used and kept: counting
+/// a poll then takes an atomic add, where a family's look-up takes its lock, hashes the labels
+/// and copies the tool's shared name (about 4% of a poll's CPU with six look-ups per poll).
+/// The kept series are the family's own (a scrape shows one series either way).
+#[derive(Debug)]
+pub struct ToolSeries {
+    metrics: &'static Metrics,
+    tool: ToolName,
+    engine: &'static str,
+    calls: [[OnceLock<Counter>; OUTCOMES.len()]; OPERATIONS.len()],
+    durations: [OnceLock<Histogram>; OPERATIONS.len()],
+    tasks_get: OnceLock<Counter>,
+    poll_interval: OnceLock<Gauge<f64, AtomicU64>>,
+}
+
+impl ToolSeries {
+    /// The series of `tool`, which runs on `engine`, in `metrics`.
+    pub fn new(metrics: &'static Metrics, tool: &str, engine: &'static str) -> ToolSeries {
+        ToolSeries {
+            metrics,
+            tool: tool.into(),
+            engine,
+            calls: Default::default(),
+            durations: Default::default(),
+            tasks_get: OnceLock::new(),
+            poll_interval: OnceLock::new(),
+        }
+    }
+
+    /// The metrics these series are in.
+    pub fn metrics(&self) -> &'static Metrics {
+        self.metrics
+    }
+
+    /// One engine call (one attempt) and how long it took. An operation or outcome outside the
+    /// fixed lists is counted through its family.
+    pub(crate) fn engine_call(
+        &self,
+        operation: &'static str,
+        outcome: &'static str,
+        took: Duration,
+    ) {
+        let Some(op) = slot(&OPERATIONS, operation) else {
+            self.metrics
+                .engine_call(&self.tool, self.engine, operation, outcome, took);
+            return;
+        };
+        let call = |outcome| EngineCall {
+            tool: Arc::clone(&self.tool),
+            engine: self.engine,
+            operation,
+            outcome,
+        };
+        match slot(&OUTCOMES, outcome) {
+            Some(out) => self.calls[op][out]
+                .get_or_init(|| {
+                    self.metrics
+                        .engine_calls
+                        .get_or_create(&call(outcome))
+                        .clone()
+                })
+                .inc(),
+            None => self
+                .metrics
+                .engine_calls
+                .get_or_create(&call(outcome))
+                .inc(),
+        };
+        self.durations[op]
+            .get_or_init(|| {
+                self.metrics
+                    .engine_call_duration
+                    .get_or_create(&EngineOperation {
+                        tool: Arc::clone(&self.tool),
+                        engine: self.engine,
+                        operation,
+                    })
+                    .clone()
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// An engine call that retried one that failed for a passing reason.
+    pub(crate) fn engine_retry(&self, operation: &'static str) {
+        self.metrics
+            .engine_retry(&self.tool, self.engine, operation);
+    }
+
+    /// A `tasks/get` answered for a task of this tool, advertising `poll_interval`.
+    pub fn task_get(&self, poll_interval: Duration) {
+        self.poll_interval(poll_interval);
+        self.tasks_get
+            .get_or_init(|| {
+                self.metrics
+                    .tasks_get
+                    .get_or_create(&self.tool_only())
+                    .clone()
+            })
+            .inc();
+    }
+
+    /// The `pollIntervalMs` advertised for a task of this tool (a new one, or on a poll).
+    pub fn poll_interval(&self, interval: Duration) {
+        self.poll_interval
+            .get_or_init(|| {
+                self.metrics
+                    .poll_interval
+                    .get_or_create(&self.tool_only())
+                    .clone()
+            })
+            .set(interval.as_secs_f64());
+    }
+
+    fn tool_only(&self) -> ToolOnly {
+        ToolOnly {
+            tool: Arc::clone(&self.tool),
         }
     }
 }
@@ -496,16 +639,24 @@ mod tests {
         metrics.tool_engine("etl", "local");
         metrics.task_started("etl");
         metrics.task_finished("etl", "completed");
-        metrics.task_get("etl", Some(Duration::from_millis(1500)));
+        let metrics: &'static Metrics = Box::leak(Box::new(metrics));
+        let series = ToolSeries::new(metrics, "etl", "local");
+        series.task_get(Duration::from_millis(1500));
+        series.engine_call("get", "ok", Duration::from_millis(3));
+        series.engine_call("get", "made_up", Duration::from_millis(3));
         metrics.auth_refused("invalid_token");
         metrics.reloaded(Err(()));
         metrics.request("tasks/get", "error", Some(-32602), Duration::from_millis(2));
         metrics.request("tasks/get", "ok", None, Duration::from_millis(2));
+        metrics.request("tasks/get", "ok", None, Duration::from_millis(2));
+        metrics.request("other", "ok", None, Duration::from_millis(2));
         let text = metrics.encode();
         for line in [
-            "flowgate_engine_calls_total{tool=\"etl\",engine=\"local\",operation=\"get\",outcome=\"ok\"} 1",
-            "flowgate_engine_call_duration_seconds_count{tool=\"etl\",engine=\"local\",operation=\"get\"} 1",
-            "flowgate_engine_call_duration_seconds_bucket{le=\"0.005\",tool=\"etl\",engine=\"local\",operation=\"get\"} 1",
+            // The family's series and the tool's kept ones are the same series.
+            "flowgate_engine_calls_total{tool=\"etl\",engine=\"local\",operation=\"get\",outcome=\"ok\"} 2",
+            "flowgate_engine_calls_total{tool=\"etl\",engine=\"local\",operation=\"get\",outcome=\"made_up\"} 1",
+            "flowgate_engine_call_duration_seconds_count{tool=\"etl\",engine=\"local\",operation=\"get\"} 3",
+            "flowgate_engine_call_duration_seconds_bucket{le=\"0.005\",tool=\"etl\",engine=\"local\",operation=\"get\"} 3",
             "flowgate_engine_retries_total{tool=\"etl\",engine=\"local\",operation=\"start\"} 1",
             "flowgate_engine_throttles_total{engine=\"stepfunctions\"} 1",
             "flowgate_tasks_started_total{tool=\"etl\",engine=\"local\"} 1",
@@ -516,8 +667,9 @@ mod tests {
             "flowgate_manifest_reloads_total{result=\"error\"} 1",
             "flowgate_manifest_last_reload_successful 0",
             "flowgate_mcp_requests_total{method=\"tasks/get\",outcome=\"error\",code=\"-32602\"} 1",
-            "flowgate_mcp_requests_total{method=\"tasks/get\",outcome=\"ok\",code=\"\"} 1",
-            "flowgate_mcp_request_duration_seconds_count{method=\"tasks/get\"} 2",
+            "flowgate_mcp_requests_total{method=\"tasks/get\",outcome=\"ok\",code=\"\"} 2",
+            "flowgate_mcp_requests_total{method=\"other\",outcome=\"ok\",code=\"\"} 1",
+            "flowgate_mcp_request_duration_seconds_count{method=\"tasks/get\"} 3",
             "# UNIT flowgate_engine_call_duration_seconds seconds",
             "# TYPE flowgate_engine_calls counter",
         ] {

@@ -17,7 +17,7 @@ use crate::traces::REQUEST_SPAN;
 
 /// The methods flowgate serves, as metric label values (anything else is `other`, so a client
 /// cannot make up label values).
-const METHODS: [&str; 12] = [
+pub(crate) const METHODS: [&str; 12] = [
     "initialize",
     "ping",
     "server/discover",
@@ -39,6 +39,11 @@ pub fn method_label(method: &str) -> &'static str {
         .find(|m| **m == method)
         .copied()
         .unwrap_or("other")
+}
+
+/// The position of `method` (a label value) among the methods flowgate serves.
+pub(crate) fn method_index(method: &str) -> Option<usize> {
+    METHODS.iter().position(|m| *m == method)
 }
 
 /// What a request is, as far as the transport has read it.
