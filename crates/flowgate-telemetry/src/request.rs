@@ -94,7 +94,7 @@ impl Request {
         parent: impl FnOnce() -> Option<opentelemetry::Context>,
     ) -> Request {
         let method = method_label(info.method);
-        let traced = tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO);
+        let traced = crate::traces::layer_made();
         let parent = if traced { parent() } else { None };
         let span = if traced && crate::traces::sampled(parent.as_ref()) {
             let span = tracing::info_span!(
@@ -189,7 +189,7 @@ pub enum Ended {
 
 /// Whether requests are traced or counted at all (when not, the transports skip the work).
 pub fn active() -> bool {
-    crate::metrics::get().is_some() || tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO)
+    crate::metrics::get().is_some() || crate::traces::layer_made()
 }
 
 /// Names the tool the request whose span is `span` works for (a `tasks/*` request, once its
