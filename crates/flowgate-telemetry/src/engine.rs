@@ -124,7 +124,12 @@ impl<E: Engine> Instrumented<E> {
             return call.await;
         }
         let began = Instant::now();
-        let result = call.instrument(span.clone()).await;
+        // (A call of an untraced request is not wrapped in a span that records nothing.)
+        let result = if span.is_disabled() {
+            call.await
+        } else {
+            call.instrument(span.clone()).await
+        };
         let took = began.elapsed();
         let outcome = outcome(result.as_ref().err());
         if !span.is_disabled() {

@@ -28,7 +28,7 @@ use crate::jsonrpc::Incoming;
 const ERROR_BODY_LIMIT: usize = 1 << 20;
 
 /// Middleware on `/mcp`, inside `parse`.
-pub(crate) async fn observe(request: Request, next: Next) -> Response {
+pub(crate) async fn observe(mut request: Request, next: Next) -> Response {
     if !flowgate_telemetry::request::active() {
         return next.run(request).await;
     }
@@ -36,15 +36,13 @@ pub(crate) async fn observe(request: Request, next: Next) -> Response {
         // Not a JSON-RPC message (a GET, a body `parse` answered): no MCP request to observe.
         return next.run(request).await;
     };
-    let (mut parts, body) = request.into_parts();
-    let caller = parts.extensions.get::<Caller>().cloned();
+    let caller = request.extensions().get::<Caller>();
     let info = RequestInfo {
         method: message.method(),
         id: message.id.as_ref().map(|id| id as &dyn std::fmt::Display),
         tool: message.name(),
         revision: message.revision.as_deref(),
         issuer: caller
-            .as_ref()
             .and_then(Caller::identity)
             .map(|who| who.principal.issuer.as_str()),
         transport: "tcp",
@@ -52,15 +50,18 @@ pub(crate) async fn observe(request: Request, next: Next) -> Response {
     let observed = flowgate_telemetry::Request::begin(info, || {
         flowgate_telemetry::traces::remote_parent(
             message.params.get("_meta").and_then(|m| m.as_object()),
-            Some(&parts.headers),
+            Some(request.headers()),
         )
     });
-    if let Some(caller) = caller {
-        parts
-            .extensions
+    // A request that is not traced keeps its caller as it is (its span is already none).
+    if !observed.span().is_disabled()
+        && let Some(caller) = request.extensions().get::<Caller>().cloned()
+    {
+        request
+            .extensions_mut()
             .insert(caller.with_span(observed.span().clone()));
     }
-    let response = next.run(Request::from_parts(parts, body)).await;
+    let response = next.run(request).await;
     let (ended, response) = ended(response).await;
     observed.end(ended);
     response
