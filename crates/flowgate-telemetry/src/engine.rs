@@ -10,6 +10,7 @@
 //! when the adapter answered from what it had already read.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -21,8 +22,6 @@ use tracing::Instrument as _;
 use tracing::field::Empty;
 
 use crate::SPAN_TARGET;
-use std::sync::Arc;
-
 use crate::metrics::{Metrics, ToolName, ToolSeries};
 
 tokio::task_local! {
