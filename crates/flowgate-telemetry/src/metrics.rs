@@ -512,11 +512,6 @@ impl ToolSeries {
         }
     }
 
-    /// The metrics these series are in.
-    pub fn metrics(&self) -> &'static Metrics {
-        self.metrics
-    }
-
     /// One engine call (one attempt) and how long it took. An operation or outcome outside the
     /// fixed lists is counted through its family.
     pub(crate) fn engine_call(
@@ -525,32 +520,24 @@ impl ToolSeries {
         outcome: &'static str,
         took: Duration,
     ) {
-        let Some(op) = slot(&OPERATIONS, operation) else {
+        let (Some(op), Some(out)) = (slot(&OPERATIONS, operation), slot(&OUTCOMES, outcome)) else {
             self.metrics
                 .engine_call(&self.tool, self.engine, operation, outcome, took);
             return;
         };
-        let call = |outcome| EngineCall {
-            tool: Arc::clone(&self.tool),
-            engine: self.engine,
-            operation,
-            outcome,
-        };
-        match slot(&OUTCOMES, outcome) {
-            Some(out) => self.calls[op][out]
-                .get_or_init(|| {
-                    self.metrics
-                        .engine_calls
-                        .get_or_create(&call(outcome))
-                        .clone()
-                })
-                .inc(),
-            None => self
-                .metrics
-                .engine_calls
-                .get_or_create(&call(outcome))
-                .inc(),
-        };
+        self.calls[op][out]
+            .get_or_init(|| {
+                self.metrics
+                    .engine_calls
+                    .get_or_create(&EngineCall {
+                        tool: Arc::clone(&self.tool),
+                        engine: self.engine,
+                        operation,
+                        outcome,
+                    })
+                    .clone()
+            })
+            .inc();
         self.durations[op]
             .get_or_init(|| {
                 self.metrics
