@@ -111,10 +111,10 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
     }
     let body_limit = config.max_request_body_bytes;
     // The same checks for the requests answered before rmcp.
-    let guard = origins::Guard {
-        hosts: config.allowed_hosts.clone(),
-        origins: origins::allowlist(&options.allowed_origins),
-    };
+    let guard = origins::Guard::new(
+        &config.allowed_hosts,
+        origins::allowlist(&options.allowed_origins),
+    );
     let service = McpService::new(server.clone(), Arc::new(caller_of));
     let service = Shared(Arc::new(StreamableHttpService::new(
         move || Ok(service.clone()),
