@@ -23,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 use flowgate_telemetry::Ended;
 use rmcp::model::{
     ClientCapabilities, ErrorCode, GetTaskResult, RequestId, ServerJsonRpcMessage, ServerResult,
+    TASKS_EXTENSION_ID,
 };
 use serde::Deserialize as _;
 use serde_json::Value;
@@ -79,9 +80,7 @@ pub(crate) fn take<'a>(
     let declares_tasks = meta.len() == 3
         && meta.get(PROTOCOL_VERSION)?.as_str()? == REVISION
         && meta.get(CLIENT_INFO)?.is_object()
-        && ClientCapabilities::deserialize(meta.get(CLIENT_CAPABILITIES)?)
-            .ok()?
-            .supports_tasks();
+        && declares_tasks(meta.get(CLIENT_CAPABILITIES)?)?;
     let plain_headers = only(headers, "mcp-protocol-version", REVISION)
         && only(headers, "mcp-method", "tasks/get")
         && only(headers, "mcp-name", task_id)
@@ -166,6 +165,23 @@ fn respond(message: &ServerJsonRpcMessage) -> Response {
     }
 }
 
+/// Whether client capabilities that rmcp accepts declare the tasks extension; `None` when
+/// rmcp would not accept them. The shape clients send, `{"extensions": {...}}` with an object
+/// per extension, is read in place (what rmcp's `ClientCapabilities` makes of it, without
+/// building one); any other shape is read by rmcp's type.
+fn declares_tasks(capabilities: &Value) -> Option<bool> {
+    if let Some(fields) = capabilities.as_object()
+        && fields.len() == 1
+        && let Some(Value::Object(extensions)) = fields.get("extensions")
+        && extensions.values().all(Value::is_object)
+    {
+        return Some(extensions.contains_key(TASKS_EXTENSION_ID));
+    }
+    ClientCapabilities::deserialize(capabilities)
+        .ok()
+        .map(|c| c.supports_tasks())
+}
+
 /// Whether `name` has exactly one value, and it is `expected`.
 fn only(headers: &HeaderMap, name: &str, expected: &str) -> bool {
     let mut values = headers.get_all(name).iter();
@@ -231,10 +247,7 @@ mod tests {
     #[test]
     fn only_a_poll_rmcp_would_accept_as_it_stands_is_taken() {
         let server = server();
-        let guard = Guard {
-            hosts: vec!["localhost".into(), "127.0.0.1".into()],
-            origins: None,
-        };
+        let guard = Guard::new(&["localhost".into(), "127.0.0.1".into()], None);
         let uri: Uri = "/mcp".parse().expect("uri");
         let meta = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -293,6 +306,14 @@ mod tests {
             (
                 "/params/_meta/io.modelcontextprotocol~1clientCapabilities",
                 json!({}),
+            ),
+            (
+                "/params/_meta/io.modelcontextprotocol~1clientCapabilities",
+                json!({"extensions": {"io.modelcontextprotocol/tasks": true}}),
+            ),
+            (
+                "/params/_meta/io.modelcontextprotocol~1clientCapabilities",
+                json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "roots": 5}),
             ),
             ("/params/_meta/progressToken", json!(1)),
         ] {
