@@ -60,9 +60,10 @@ impl LocalEngine {
 
     /// The run folder of a reference with its `meta.json`, or not-found for anything that is not
     /// a run id this engine could have made (so no reference can point outside the state folder)
-    /// or whose record is not there. The record is read once: it is what a poll needs first.
+    /// or whose record is not there. The record is read once (or was kept from an earlier call:
+    /// module `metas`): it is what a poll needs first.
     /// The folder is opened, so that every file the call looks at after is one lookup in it.
-    fn open_run(&self, execution: &ExecutionRef) -> Result<(RunDir, Meta), EngineError> {
+    fn open_run(&self, execution: &ExecutionRef) -> Result<(RunDir, Arc<Meta>), EngineError> {
         use std::io::ErrorKind;
         let id = &execution.0;
         let well_formed =
@@ -71,7 +72,7 @@ impl LocalEngine {
             return Err(not_found(id));
         }
         let opened = RunDir::open(self.runs_dir().join(id)).and_then(|run| {
-            let meta = run.meta()?;
+            let meta = crate::metas::meta(&run)?;
             Ok((run, meta))
         });
         let (run, meta) = match opened {
@@ -89,6 +90,7 @@ impl LocalEngine {
         // A finished run past its ttl is gone, whether or not the sweep has come by yet.
         if expired(&run, &meta, Utc::now()) {
             let _ = std::fs::remove_dir_all(&run.0);
+            crate::metas::forget(&run);
             return Err(not_found(id));
         }
         Ok((run, meta))
@@ -546,7 +548,7 @@ impl Engine for LocalEngine {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_error("cannot list runs", e)),
         };
-        let mut runs: Vec<(ExecutionRef, Meta)> = entries
+        let mut runs: Vec<(ExecutionRef, Arc<Meta>)> = entries
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .filter_map(|id| {
                 let execution = ExecutionRef(id);

@@ -62,6 +62,17 @@ pub(crate) struct Seen {
     pub(crate) len: u64,
 }
 
+/// Which file a path named when it was looked at ([`RunDir::identity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileIdentity {
+    device: u64,
+    inode: u64,
+    len: u64,
+    changed: (i64, u32),
+    modified: (i64, u32),
+    born: Option<(i64, u32)>,
+}
+
 /// Writes `contents` to `path` so that readers see all of it or none of it.
 pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -316,6 +327,47 @@ impl RunDir {
             Ok(seen) => Ok(Some(seen)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Which file `name` of the run is: its device, inode, size and change, modification and
+    /// birth times. Two looks that agree saw the same file unchanged: a file replaced by a
+    /// rename or made again after the run folder was removed has another inode or, when the
+    /// inode number was given again, other times (the change time is set when the file is
+    /// made). `NotFound` when there is no such file. For [`crate::metas`].
+    pub(crate) fn identity(&self, name: &str) -> io::Result<FileIdentity> {
+        let (dir, path) = self.at(name);
+        let wanted = StatxFlags::INO
+            | StatxFlags::SIZE
+            | StatxFlags::CTIME
+            | StatxFlags::MTIME
+            | StatxFlags::BTIME;
+        match rustix::fs::statx(dir, &*path, AtFlags::STATX_DONT_SYNC, wanted) {
+            Ok(st) => {
+                let has_btime =
+                    StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME);
+                Ok(FileIdentity {
+                    device: (u64::from(st.stx_dev_major) << 32) | u64::from(st.stx_dev_minor),
+                    inode: st.stx_ino,
+                    len: st.stx_size,
+                    changed: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
+                    modified: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
+                    born: has_btime.then_some((st.stx_btime.tv_sec, st.stx_btime.tv_nsec)),
+                })
+            }
+            // A kernel (or a sandbox) without statx: the older call (no birth time).
+            Err(rustix::io::Errno::NOSYS) => {
+                let st = rustix::fs::statat(dir, &*path, AtFlags::empty())?;
+                Ok(FileIdentity {
+                    device: st.st_dev,
+                    inode: st.st_ino,
+                    len: u64::try_from(st.st_size).unwrap_or(0),
+                    changed: (st.st_ctime, u32::try_from(st.st_ctime_nsec).unwrap_or(0)),
+                    modified: (st.st_mtime, u32::try_from(st.st_mtime_nsec).unwrap_or(0)),
+                    born: None,
+                })
+            }
+            Err(e) => Err(e.into()),
         }
     }
 
