@@ -60,9 +60,9 @@ impl LocalEngine {
 
     /// The run folder of a reference with its `meta.json`, or not-found for anything that is not
     /// a run id this engine could have made (so no reference can point outside the state folder)
-    /// or whose record is not there. The record is read once (or was kept from an earlier call:
-    /// module `metas`): it is what a poll needs first.
-    /// The folder is opened, so that every file the call looks at after is one lookup in it.
+    /// or whose record is not there. The record is read once (or was kept with the folder by
+    /// an earlier call: module `open_runs`): it is what a poll needs first. The folder is
+    /// opened (or held), so that every file the call looks at after is one lookup in it.
     fn open_run(&self, execution: &ExecutionRef) -> Result<(RunDir, Arc<Meta>), EngineError> {
         use std::io::ErrorKind;
         let id = &execution.0;
@@ -71,10 +71,7 @@ impl LocalEngine {
         if !well_formed {
             return Err(not_found(id));
         }
-        let opened = RunDir::open(self.runs_dir().join(id)).and_then(|run| {
-            let meta = crate::metas::meta(&run)?;
-            Ok((run, meta))
-        });
+        let opened = crate::open_runs::open(self.runs_dir().join(id));
         let (run, meta) = match opened {
             Ok(opened) => opened,
             Err(e)
@@ -90,7 +87,7 @@ impl LocalEngine {
         // A finished run past its ttl is gone, whether or not the sweep has come by yet.
         if expired(&run, &meta, Utc::now()) {
             let _ = std::fs::remove_dir_all(&run.0);
-            crate::metas::forget(&run);
+            crate::open_runs::forget(&run.0);
             return Err(not_found(id));
         }
         Ok((run, meta))

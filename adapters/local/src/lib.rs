@@ -24,7 +24,7 @@ pub mod ask;
 mod config;
 mod engine;
 mod leaders;
-mod metas;
+mod open_runs;
 mod reaper;
 mod run_dir;
 mod state_dir;

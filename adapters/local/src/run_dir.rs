@@ -5,6 +5,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
@@ -47,11 +48,12 @@ pub(crate) struct Question {
 ///
 /// An opened folder is where its files are looked up: each lookup is then one name in it
 /// instead of a walk of the whole path from `/` (a poll looks at up to a dozen files, and
-/// those walks were most of the cost of its `statx` and `openat` calls). The folder is opened
-/// for one poll (or one call) and closed with it, never kept: a folder removed and made again
-/// under the same name (a start retried after its run expired) is the new one at the next poll.
+/// those walks were most of the cost of its `statx` and `openat` calls). A folder being polled
+/// is held open between calls (module `open_runs`), and each call first proves that its path
+/// still names the held folder: a folder removed and made again under the same name (a start
+/// retried after its run expired) is the new one at the next call.
 #[derive(Debug)]
-pub(crate) struct RunDir(pub(crate) PathBuf, Option<OwnedFd>);
+pub(crate) struct RunDir(pub(crate) PathBuf, Option<Arc<OwnedFd>>);
 
 /// What a look at a file of a run found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,15 +64,37 @@ pub(crate) struct Seen {
     pub(crate) len: u64,
 }
 
-/// Which file a path named when it was looked at ([`RunDir::identity`]).
+/// Which folder a path named when it was looked at: its device and inode. While a folder is
+/// held open its inode stays allocated, so no other folder has the same pair: a path found to
+/// name that pair names the held folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileIdentity {
+pub(crate) struct FolderIdentity {
     device: u64,
     inode: u64,
-    len: u64,
-    changed: (i64, u32),
-    modified: (i64, u32),
-    born: Option<(i64, u32)>,
+}
+
+/// The identity of the folder `path` (looked up in `dir`) names now, following symbolic links
+/// as opening it does; with [`AtFlags::EMPTY_PATH`] and an empty `path`, of `dir` itself. One
+/// `statx` (`NotFound` when there is nothing there), or `stat` where there is no `statx`.
+pub(crate) fn folder_identity(
+    dir: BorrowedFd<'_>,
+    path: &Path,
+    flags: AtFlags,
+) -> io::Result<FolderIdentity> {
+    match rustix::fs::statx(dir, path, flags | AtFlags::STATX_DONT_SYNC, StatxFlags::INO) {
+        Ok(st) => Ok(FolderIdentity {
+            device: (u64::from(st.stx_dev_major) << 32) | u64::from(st.stx_dev_minor),
+            inode: st.stx_ino,
+        }),
+        Err(rustix::io::Errno::NOSYS) => {
+            let st = rustix::fs::statat(dir, path, flags)?;
+            Ok(FolderIdentity {
+                device: st.st_dev,
+                inode: st.st_ino,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Writes `contents` to `path` so that readers see all of it or none of it.
@@ -212,7 +236,7 @@ impl RunDir {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(RunDir(path, Some(dir)))
+        Ok(RunDir(path, Some(Arc::new(dir))))
     }
 
     pub(crate) fn path(&self, name: &str) -> PathBuf {
@@ -330,44 +354,22 @@ impl RunDir {
         }
     }
 
-    /// Which file `name` of the run is: its device, inode, size and change, modification and
-    /// birth times. Two looks that agree saw the same file unchanged: a file replaced by a
-    /// rename or made again after the run folder was removed has another inode or, when the
-    /// inode number was given again, other times (the change time is set when the file is
-    /// made). `NotFound` when there is no such file. For [`crate::metas`].
-    pub(crate) fn identity(&self, name: &str) -> io::Result<FileIdentity> {
-        let (dir, path) = self.at(name);
-        let wanted = StatxFlags::INO
-            | StatxFlags::SIZE
-            | StatxFlags::CTIME
-            | StatxFlags::MTIME
-            | StatxFlags::BTIME;
-        match rustix::fs::statx(dir, &*path, AtFlags::STATX_DONT_SYNC, wanted) {
-            Ok(st) => {
-                let has_btime =
-                    StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME);
-                Ok(FileIdentity {
-                    device: (u64::from(st.stx_dev_major) << 32) | u64::from(st.stx_dev_minor),
-                    inode: st.stx_ino,
-                    len: st.stx_size,
-                    changed: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
-                    modified: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
-                    born: has_btime.then_some((st.stx_btime.tv_sec, st.stx_btime.tv_nsec)),
-                })
-            }
-            // A kernel (or a sandbox) without statx: the older call (no birth time).
-            Err(rustix::io::Errno::NOSYS) => {
-                let st = rustix::fs::statat(dir, &*path, AtFlags::empty())?;
-                Ok(FileIdentity {
-                    device: st.st_dev,
-                    inode: st.st_ino,
-                    len: u64::try_from(st.st_size).unwrap_or(0),
-                    changed: (st.st_ctime, u32::try_from(st.st_ctime_nsec).unwrap_or(0)),
-                    modified: (st.st_mtime, u32::try_from(st.st_mtime_nsec).unwrap_or(0)),
-                    born: None,
-                })
-            }
-            Err(e) => Err(e.into()),
+    /// The run folder at `path`, opened by an earlier call and held since (module
+    /// `open_runs`, which proves that `path` still names it).
+    pub(crate) fn held(path: PathBuf, dir: Arc<OwnedFd>) -> Self {
+        RunDir(path, Some(dir))
+    }
+
+    /// The opened folder itself (for holding it), `None` when it was not opened.
+    pub(crate) fn opened(&self) -> Option<&Arc<OwnedFd>> {
+        self.1.as_ref()
+    }
+
+    /// Which folder was opened: its device and inode (one `statx` of the open folder).
+    pub(crate) fn opened_identity(&self) -> io::Result<FolderIdentity> {
+        match &self.1 {
+            Some(dir) => folder_identity(dir.as_fd(), Path::new(""), AtFlags::EMPTY_PATH),
+            None => folder_identity(CWD, &self.0, AtFlags::empty()),
         }
     }
 

@@ -23,6 +23,7 @@ pub fn sweep_expired_runs(state_dir: &Path) -> usize {
         .map(|e| RunDir::new(e.path()))
         .filter(|run| run.meta().is_ok_and(|meta| expired(run, &meta, now)))
         .filter(|run| std::fs::remove_dir_all(&run.0).is_ok())
+        .inspect(|run| crate::open_runs::forget(&run.0))
         .count()
 }
 
