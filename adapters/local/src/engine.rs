@@ -299,11 +299,18 @@ impl Engine for LocalEngine {
         // first attempt recorded instead of starting the command again.
         let id = request.idempotency_key.to_string();
         let run = RunDir::new(self.runs_dir().join(&id));
-        if let Ok(meta) = run.meta() {
-            return Ok(Started {
-                execution: ExecutionRef(id),
-                created_at: meta.created_at,
-            });
+        // Only a record that is not there starts the command: one that cannot be read now (a
+        // full file table, an I/O error) may be the first attempt's, so the start is retried
+        // instead of running the command a second time.
+        match run.meta() {
+            Ok(meta) => {
+                return Ok(Started {
+                    execution: ExecutionRef(id),
+                    created_at: meta.created_at,
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("cannot read the run record", e)),
         }
         let created_at = Utc::now();
         create_private_dir(&run.0).map_err(|e| io_error("cannot create the run folder", e))?;

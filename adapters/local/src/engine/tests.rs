@@ -435,3 +435,28 @@ async fn finished_runs_past_their_ttl_are_removed_and_running_ones_kept() {
     }
     slow.cancel(&running).await.expect("cancel");
 }
+
+/// A retried start that cannot read the first attempt's record (a transient fault) answers a
+/// retryable error instead of starting the command a second time; once the record reads, the
+/// retry finds the first run.
+#[tokio::test]
+async fn a_retried_start_that_cannot_read_the_record_never_runs_the_command_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let count = dir.path().join("count");
+    let e = engine(dir.path(), &format!("echo ran >> '{}'", count.display()));
+    let request = StartRequest::new("t", json!({}), "p");
+    let first = e.start(request.clone()).await.expect("start").execution;
+    wait_terminal(&e, &first).await;
+    crate::run_dir::faults::arm(dir.path(), Some(0));
+    let err = e
+        .start(request.clone())
+        .await
+        .expect_err("the record could not be read");
+    crate::run_dir::faults::arm(dir.path(), None);
+    assert!(err.is_retryable(), "{err:?}");
+    let again = e.start(request).await.expect("retried start").execution;
+    assert_eq!(again, first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let runs = std::fs::read_to_string(&count).expect("count");
+    assert_eq!(runs.lines().count(), 1, "the command ran again: {runs:?}");
+}
