@@ -47,7 +47,7 @@ use crate::SPAN_TARGET;
 pub(crate) const REQUEST_SPAN: &str = "mcp request";
 
 /// The process's sampler (set once by [`Traces::from_env`]; `parentbased_always_on` before).
-static SAMPLER: OnceLock<Sampler> = OnceLock::new();
+static SAMPLER: OnceLock<Sampling> = OnceLock::new();
 
 /// The variables that say where traces go, most specific first.
 const ENDPOINT_VARS: [&str; 2] = [
@@ -113,7 +113,7 @@ fn wanted(var: impl Fn(&str) -> Option<String>) -> Result<Option<(String, Protoc
 /// The sampler the variables `var` reads name (OpenTelemetry's names and defaults; a ratio
 /// outside 0..=1 or not a number is refused, naming the variable, where the SDK would quietly
 /// sample everything).
-fn sampler_wanted(var: impl Fn(&str) -> Option<String>) -> Result<Sampler, String> {
+fn sampler_wanted(var: impl Fn(&str) -> Option<String>) -> Result<Sampling, String> {
     let name = var("OTEL_TRACES_SAMPLER").filter(|v| !v.trim().is_empty());
     let name = name.as_deref().map_or("parentbased_always_on", str::trim);
     let ratio = || match var("OTEL_TRACES_SAMPLER_ARG").filter(|v| !v.trim().is_empty()) {
@@ -125,25 +125,57 @@ fn sampler_wanted(var: impl Fn(&str) -> Option<String>) -> Result<Sampler, Strin
             )),
         },
     };
-    let parent_based = |root: Sampler| Sampler::ParentBased(Box::new(root));
-    Ok(match name {
-        "always_on" => Sampler::AlwaysOn,
-        "always_off" => Sampler::AlwaysOff,
-        "traceidratio" => Sampler::TraceIdRatioBased(ratio()?),
-        "parentbased_always_on" => parent_based(Sampler::AlwaysOn),
-        "parentbased_always_off" => parent_based(Sampler::AlwaysOff),
-        "parentbased_traceidratio" => parent_based(Sampler::TraceIdRatioBased(ratio()?)),
+    let (parent_based, root) = match name {
+        "always_on" => (false, Root::Always),
+        "always_off" => (false, Root::Never),
+        "traceidratio" => (false, Root::Ratio(ratio()?)),
+        "parentbased_always_on" => (true, Root::Always),
+        "parentbased_always_off" => (true, Root::Never),
+        "parentbased_traceidratio" => (true, Root::Ratio(ratio()?)),
         other => {
             return Err(format!(
                 "OTEL_TRACES_SAMPLER={other:?}: flowgate samples with always_on, always_off, \
                  traceidratio or their parentbased_ forms"
             ));
         }
-    })
+    };
+    Ok(Sampling::new(parent_based, root))
 }
 
-fn sampler() -> &'static Sampler {
-    SAMPLER.get_or_init(|| Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+/// How requests are sampled: the SDK's sampler, and the decision it makes for a root.
+#[derive(Debug)]
+pub(crate) struct Sampling {
+    sdk: Sampler,
+    root: Root,
+}
+
+/// What a sampler decides for a root (a request without a remote parent).
+#[derive(Debug, Clone, Copy)]
+enum Root {
+    Always,
+    Never,
+    /// Keeps a root when its trace id falls within the ratio (`TraceIdRatioBased`).
+    Ratio(f64),
+}
+
+impl Sampling {
+    fn new(parent_based: bool, root: Root) -> Self {
+        let sdk_root = match root {
+            Root::Always => Sampler::AlwaysOn,
+            Root::Never => Sampler::AlwaysOff,
+            Root::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
+        };
+        let sdk = if parent_based {
+            Sampler::ParentBased(Box::new(sdk_root))
+        } else {
+            sdk_root
+        };
+        Sampling { sdk, root }
+    }
+}
+
+fn sampler() -> &'static Sampling {
+    SAMPLER.get_or_init(|| Sampling::new(true, Root::Always))
 }
 
 /// Whether the sampler keeps a request whose remote parent is `parent` (`None`: a root).
@@ -151,13 +183,54 @@ pub(crate) fn sampled(parent: Option<&opentelemetry::Context>) -> bool {
     decide(sampler(), parent)
 }
 
-fn decide(sampler: &Sampler, parent: Option<&opentelemetry::Context>) -> bool {
+fn decide(sampling: &Sampling, parent: Option<&opentelemetry::Context>) -> bool {
+    // A root (most requests): the root sampler's decision, as the SDK makes it for a random
+    // trace id, without making one and a sampling result for the SDK to judge. Of what traces
+    // cost a request the sampler leaves out, the SDK's decision was the most code run.
+    if parent.is_none() {
+        return match sampling.root {
+            Root::Always => true,
+            Root::Never => false,
+            Root::Ratio(ratio) => keeps(ratio),
+        };
+    }
+    let sampler = &sampling.sdk;
     let trace_id = parent
         .map(|cx| cx.span().span_context().trace_id())
         .filter(|id| *id != TraceId::INVALID)
         .unwrap_or_else(|| RandomIdGenerator::default().new_trace_id());
     let kept = sampler.should_sample(parent, trace_id, REQUEST_SPAN, &SpanKind::Server, &[], &[]);
     kept.decision == SamplingDecision::RecordAndSample
+}
+
+/// Whether a root whose trace id is random is kept at `ratio`: as `TraceIdRatioBased` judges a
+/// trace id (its low 63 bits below the ratio's share of 2^63), for 64 random bits.
+fn keeps(ratio: f64) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    // The SDK's bound, computed the same way.
+    let bound = (ratio.max(0.0) * (1u64 << 63) as f64) as u64;
+    (random_u64() >> 1) < bound
+}
+
+/// 64 random bits for sampling decisions (xorshift64*, a generator per thread seeded from the
+/// standard library's random hash keys): not for secrets, only for a fair coin.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = std::cell::Cell::new(
+            std::collections::hash_map::RandomState::new().build_hasher().finish() | 1,
+        );
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
 }
 
 /// Whether the current span is within a traced request's span: engine calls make their span
@@ -490,7 +563,7 @@ mod tests {
         let parent =
             |flags: &str| remote_parent(None, Some(&traceparent(flags))).expect("a parent");
         let (kept, dropped) = (parent("01"), parent("00"));
-        let decisions = |sampler: &Sampler| {
+        let decisions = |sampler: &Sampling| {
             (
                 decide(sampler, None),
                 decide(sampler, Some(&kept)),
@@ -518,6 +591,21 @@ mod tests {
         .expect("a tenth");
         let roots = (0..10_000).filter(|_| decide(&tenth, None)).count();
         assert!((700..1300).contains(&roots), "{roots} of 10,000 kept");
+        // A hundredth, following a parent where there is one.
+        let hundredth = sampler_wanted(vars(&[
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.01"),
+        ]))
+        .expect("a hundredth");
+        let roots = (0..100_000).filter(|_| decide(&hundredth, None)).count();
+        assert!((800..1200).contains(&roots), "{roots} of 100,000 kept");
+        assert_eq!(
+            (
+                decide(&hundredth, Some(&kept)),
+                decide(&hundredth, Some(&dropped))
+            ),
+            (true, false)
+        );
         for (pairs, named) in [
             (
                 &[("OTEL_TRACES_SAMPLER", "jaeger_remote")][..],
