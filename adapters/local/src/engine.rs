@@ -378,6 +378,16 @@ impl Engine for LocalEngine {
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         let (run, meta) = self.open_run(execution)?;
+        // The record a poll read before, while nothing in the folder has changed since and the
+        // group is still alive: what reading the folder again would find (module `open_runs`).
+        if let Some(record) = crate::open_runs::unchanged(&run.0)
+            && run_alive(&run, &meta)
+        {
+            return Ok(record);
+        }
+        // What the folder's watch has counted before it is read: a working record read after
+        // it may be kept for the next poll.
+        let look = crate::open_runs::look(&run.0);
         let mut record = ExecutionRecord::new(TaskState::Working, "running", meta.created_at);
         let read = |e| io_error("cannot read the run record", e);
         // When each file of the record last changed (and how long it was): the latest change
@@ -489,6 +499,14 @@ impl Engine for LocalEngine {
                     requested_schema: q.requested_schema,
                 })
                 .collect();
+        }
+        // A working run without questions (their files are a folder down, out of the watch's
+        // sight) is kept as read.
+        if let Some(look) = look
+            && record.state == TaskState::Working
+            && seen[QUESTIONS].is_none()
+        {
+            crate::open_runs::keep(&run.0, look, &record);
         }
         Ok(record)
     }

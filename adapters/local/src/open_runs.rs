@@ -1,4 +1,5 @@
-//! Run folders being polled, held open with their record between calls.
+//! Run folders being polled: held open with their record between calls, watched for changes,
+//! and the last record read from them kept while nothing in them has changed.
 //!
 //! Every call on a run (a poll above all) opened its folder, read and parsed `meta.json` (the
 //! creation time, the boot its process group belongs to, the expiry, the argv) and closed the
@@ -6,41 +7,175 @@
 //! looked at. A folder held open instead costs a call one `statx` of its path, which proves
 //! the path still names the held folder (while it is held, its inode cannot be given to another,
 //! so the same device and inode is the same folder); anything else (no such path, another
-//! folder: the run expired and a retried start made it again) opens and reads it afresh.
+//! folder: the run expired and a retried start made it again) opens and reads it afresh. The
+//! record is safe to keep with its folder: `meta.json` is renamed into place whole before a
+//! start answers (so before any call can name the run), and a start writes it only in a folder
+//! without one, so within one folder it never changes.
 //!
-//! The record is safe to keep with its folder: `meta.json` is renamed into place whole before
-//! a start answers (so before any call can name the run), and a start writes it only in a
-//! folder without one, so within one folder it never changes. What is kept is that record,
-//! never a run's state: the state is read from the run's other files on every call.
+//! A poll then looked at the run's six state files (six more `statx` calls, and reads of the
+//! ones that changed) to build a record that, between two polls a second apart, is mostly the
+//! same. A held folder on a local file system is also watched (inotify): the kernel queues an
+//! event for each change to its entries (a write, a rename into it, a new file, a changed time)
+//! while the call that makes the change runs, so once the queue has been read, every change
+//! that was made before has been counted. A working run's record read after the count was
+//! taken is kept with it, and a later poll that finds the count unchanged (and the run's
+//! process group still alive, which the caller checks every time) answers it again: it cannot
+//! show a state the run has left, as any change since shows in the count. A record with open
+//! questions is never kept (their files are one folder down, which the watch does not see);
+//! a full queue (an overflow) forgets every kept record. Folders on a network file system,
+//! whose changes made by other machines raise no event here, are never watched.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
+use flowgate_core::ExecutionRecord;
+use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use rustix::fs::{AtFlags, CWD};
 
 use crate::run_dir::{FolderIdentity, Meta, RunDir, folder_identity};
 
-/// The most folders held at once: each holds a file descriptor (as `leaders` does). Past it,
-/// the held folders are let go and the next calls open theirs again.
+/// The most folders held at once: each holds a file descriptor and a watch (as `leaders`
+/// holds a pidfd). Past it, the held folders are let go and the next calls open theirs again.
 const MAX_HELD: usize = 256;
 
-/// A held folder: which it is, the folder, and its record.
+/// A held folder: which it is, the folder, its record, and what its watch has counted.
 struct Held {
     identity: FolderIdentity,
     dir: Arc<OwnedFd>,
     meta: Arc<Meta>,
+    /// The folder's watch, while it has one.
+    watch: Option<i32>,
+    /// Changes the watch has seen.
+    changes: u64,
+    /// The last working record, with the count it was read after.
+    kept: Option<(Look, ExecutionRecord)>,
 }
 
-/// Held folders, by path (its bytes).
-static HELD: LazyLock<Mutex<HashMap<OsString, Held>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// What the watches had counted for a folder when a poll began to read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Look {
+    changes: u64,
+    /// Overflows of the event queue so far (each forgets every count).
+    overflows: u64,
+}
 
-fn held() -> MutexGuard<'static, HashMap<OsString, Held>> {
-    HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The held folders and their watches.
+struct Folders {
+    held: HashMap<OsString, Held>,
+    /// The held folder of each watch.
+    watched: HashMap<i32, OsString>,
+    /// The inotify instance, `None` where there is none (then nothing is watched).
+    inotify: Option<OwnedFd>,
+    overflows: u64,
+}
+
+static FOLDERS: LazyLock<Mutex<Folders>> = LazyLock::new(|| {
+    Mutex::new(Folders {
+        held: HashMap::new(),
+        watched: HashMap::new(),
+        inotify: inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).ok(),
+        overflows: 0,
+    })
+});
+
+fn folders() -> MutexGuard<'static, Folders> {
+    FOLDERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The changes a watch reports: anything that changes an entry's contents, times or name.
+fn watched_changes() -> WatchFlags {
+    WatchFlags::MODIFY
+        | WatchFlags::ATTRIB
+        | WatchFlags::CLOSE_WRITE
+        | WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+}
+
+/// File systems whose changes all pass through this kernel (so raise its events): the local
+/// disk and memory file systems and overlays of them. Others (NFS, EFS, SMB, FUSE) are not
+/// watched.
+pub(crate) fn local_file_system(f_type: i64) -> bool {
+    const EXT: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const BTRFS: i64 = 0x9123_683E;
+    const TMPFS: i64 = 0x0102_1994;
+    const RAMFS: i64 = 0x8584_58F6;
+    const OVERLAYFS: i64 = 0x794C_7630;
+    const F2FS: i64 = 0xF2F5_2010;
+    [EXT, XFS, BTRFS, TMPFS, RAMFS, OVERLAYFS, F2FS].contains(&f_type)
+}
+
+impl Folders {
+    /// Counts the events queued since the last look: each is a change to a watched folder
+    /// (or, for an overflow, possibly to any).
+    fn drain(&mut self) {
+        let Some(fd) = &self.inotify else {
+            return;
+        };
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        let mut events = inotify::Reader::new(fd.as_fd(), &mut buf);
+        while let Ok(event) = events.next() {
+            let flags = event.events();
+            if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                self.overflows += 1;
+                continue;
+            }
+            let wd = event.wd();
+            let Some(key) = self.watched.get(&wd) else {
+                continue;
+            };
+            if let Some(held) = self.held.get_mut(key) {
+                held.changes += 1;
+                if flags.contains(ReadFlags::IGNORED) {
+                    // The watch is gone (its folder was removed): nothing is kept any more.
+                    held.watch = None;
+                    held.kept = None;
+                }
+            }
+            if flags.contains(ReadFlags::IGNORED) {
+                self.watched.remove(&wd);
+            }
+        }
+    }
+
+    /// A watch of the opened folder `dir` (by its descriptor, so it is this folder whatever
+    /// its path names meanwhile), when it is on a local file system.
+    fn watch(&mut self, dir: &OwnedFd) -> Option<i32> {
+        let inotify = self.inotify.as_ref()?;
+        let f_type = rustix::fs::fstatfs(dir).ok()?.f_type;
+        if !local_file_system(f_type) {
+            return None;
+        }
+        let by_descriptor = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        let wd = inotify::add_watch(inotify, by_descriptor.as_str(), watched_changes()).ok()?;
+        // The same folder held under another path shares the watch: the first holder keeps it
+        // and this one is not watched (an event names one holder).
+        (!self.watched.contains_key(&wd)).then_some(wd)
+    }
+
+    /// Lets go of the held folder `key`, and of its watch.
+    fn release(&mut self, key: &OsString) {
+        if let Some(held) = self.held.remove(key)
+            && let Some(wd) = held.watch
+        {
+            self.watched.remove(&wd);
+            if let Some(inotify) = &self.inotify {
+                let _ = inotify::remove_watch(inotify, wd);
+            }
+        }
+    }
 }
 
 /// The run folder at `path`, opened, with its record: the held ones while `path` names the
@@ -53,12 +188,12 @@ pub(crate) fn open(path: PathBuf) -> io::Result<(RunDir, Arc<Meta>)> {
         Ok(identity) => identity,
         Err(e) => {
             if e.kind() == io::ErrorKind::NotFound {
-                held().remove(key);
+                folders().release(&key.to_owned());
             }
             return Err(e);
         }
     };
-    if let Some(h) = held().get(key)
+    if let Some(h) = folders().held.get(key)
         && h.identity == now
     {
         let (dir, meta) = (Arc::clone(&h.dir), Arc::clone(&h.meta));
@@ -69,80 +204,83 @@ pub(crate) fn open(path: PathBuf) -> io::Result<(RunDir, Arc<Meta>)> {
     // The folder opened, which is held under the identity it has (not the one looked up
     // before: the path may have changed between the two).
     if let (Some(dir), Ok(identity)) = (run.opened(), run.opened_identity()) {
-        let mut held = held();
-        if held.len() >= MAX_HELD {
-            held.clear();
+        let key = run.0.as_os_str().to_owned();
+        let mut folders = folders();
+        folders.release(&key);
+        if folders.held.len() >= MAX_HELD {
+            let keys: Vec<OsString> = folders.held.keys().cloned().collect();
+            for key in &keys {
+                folders.release(key);
+            }
         }
-        held.insert(
-            run.0.as_os_str().to_owned(),
+        let watch = folders.watch(dir);
+        if let Some(wd) = watch {
+            folders.watched.insert(wd, key.clone());
+        }
+        folders.held.insert(
+            key,
             Held {
                 identity,
                 dir: Arc::clone(dir),
                 meta: Arc::clone(&meta),
+                watch,
+                changes: 0,
+                kept: None,
             },
         );
     }
     Ok((run, meta))
 }
 
-/// Lets go of the folder at `path` (it was removed).
-pub(crate) fn forget(path: &Path) {
-    held().remove(path.as_os_str());
+/// The record kept for the held folder at `path`, if nothing in the folder has changed since
+/// it was read. The caller still checks that the run's process group is alive.
+pub(crate) fn unchanged(path: &Path) -> Option<ExecutionRecord> {
+    let mut folders = folders();
+    folders.drain();
+    let overflows = folders.overflows;
+    let held = folders.held.get(path.as_os_str())?;
+    let (look, record) = held.kept.as_ref()?;
+    let same = held.watch.is_some() && look.changes == held.changes && look.overflows == overflows;
+    #[cfg(test)]
+    if same {
+        SERVED.with(|n| n.set(n.get() + 1));
+    }
+    same.then(|| record.clone())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::run_dir::write_atomic;
+thread_local! {
+    /// Kept records this thread answered (tests: a `#[tokio::test]` runs on its own thread).
+    pub(crate) static SERVED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
-    fn record(tool: &str) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!({
-            "tool": tool,
-            "command": ["/bin/true"],
-            "created_at": "2026-12-04T00:00:00Z",
-            "principal_digest": "p",
-            "boot_id": "b",
-        }))
-        .expect("json")
-    }
+/// What the watches have counted for the held folder at `path` before a poll reads it, when
+/// it is watched (the record the poll reads may then be kept with it: [`keep`]).
+pub(crate) fn look(path: &Path) -> Option<Look> {
+    let mut folders = folders();
+    folders.drain();
+    let overflows = folders.overflows;
+    let held = folders.held.get(path.as_os_str())?;
+    held.watch.map(|_| Look {
+        changes: held.changes,
+        overflows,
+    })
+}
 
-    /// A folder is opened and read once, then held; a folder removed and made again under the
-    /// same name is the new one (with its own record), and a removed folder is not found.
-    #[test]
-    fn a_held_folder_serves_only_while_its_path_names_it() {
-        let root = tempfile::tempdir().expect("dir");
-        let dir = root.path().join("run1");
-        std::fs::create_dir(&dir).expect("mkdir");
-        write_atomic(&dir.join("meta.json"), &record("first")).expect("write");
-        let (_, first) = open(dir.clone()).expect("open");
-        assert_eq!(first.tool, "first");
-        let (run, again) = open(dir.clone()).expect("again");
-        assert!(Arc::ptr_eq(&first, &again), "the held record serves");
-        assert!(run.seen("meta.json").expect("look").is_some());
-        std::fs::remove_dir_all(&dir).expect("rm");
-        assert_eq!(
-            open(dir.clone()).expect_err("gone").kind(),
-            io::ErrorKind::NotFound
-        );
-        std::fs::create_dir(&dir).expect("mkdir");
-        assert_eq!(
-            open(dir.clone()).expect_err("no record").kind(),
-            io::ErrorKind::NotFound
-        );
-        write_atomic(&dir.join("meta.json"), &record("second")).expect("write");
-        let (run, second) = open(dir.clone()).expect("new folder");
-        assert_eq!(second.tool, "second");
-        std::fs::write(dir.join("status"), b"x\n").expect("write");
-        assert!(
-            run.seen("status").expect("look").is_some(),
-            "files are looked up in the new folder"
-        );
-        // Made again while the old one is held: the held one is let go for the new.
-        let (_, held_before) = open(dir.clone()).expect("held");
-        assert!(Arc::ptr_eq(&second, &held_before));
-        std::fs::rename(&dir, root.path().join("old")).expect("move away");
-        std::fs::create_dir(&dir).expect("mkdir");
-        write_atomic(&dir.join("meta.json"), &record("third")).expect("write");
-        assert_eq!(open(dir.clone()).expect("newer").1.tool, "third");
+/// Keeps `record`, a working run's record read from the folder at `path` after `look`; a
+/// later poll answers it again only while the count is still `look`'s.
+pub(crate) fn keep(path: &Path, look: Look, record: &ExecutionRecord) {
+    if let Some(held) = folders().held.get_mut(path.as_os_str())
+        && held.watch.is_some()
+    {
+        held.kept = Some((look, record.clone()));
     }
 }
+
+/// Lets go of the folder at `path` (it was removed).
+pub(crate) fn forget(path: &Path) {
+    folders().release(&path.as_os_str().to_owned());
+}
+
+#[cfg(test)]
+mod tests;

@@ -460,3 +460,46 @@ async fn a_retried_start_that_cannot_read_the_record_never_runs_the_command_agai
     let runs = std::fs::read_to_string(&count).expect("count");
     assert_eq!(runs.lines().count(), 1, "the command ran again: {runs:?}");
 }
+
+/// A poll of a run whose folder has not changed answers the record the last poll read (module
+/// `open_runs`), and never one the run has left: a new status, new output and the group's end
+/// each show at the very next poll.
+#[tokio::test]
+async fn a_kept_record_never_hides_a_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), "sleep 60");
+    let x = start(&e, json!({})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let served = || crate::open_runs::SERVED.with(std::cell::Cell::get);
+    let first = e.get(&x).await.expect("get");
+    let before = served();
+    let again = e.get(&x).await.expect("get");
+    assert_eq!(again, first);
+    let watched = served() == before + 1;
+    let (run, _) = e.open_run(&x).expect("run");
+    crate::run_dir::write_atomic(&run.path("status"), b"step 2\n").expect("status");
+    let status = e.get(&x).await.expect("get");
+    assert_eq!(status.status_message.as_deref(), Some("step 2"));
+    {
+        use std::io::Write as _;
+        std::thread::sleep(Duration::from_millis(20));
+        let mut err = std::fs::OpenOptions::new()
+            .append(true)
+            .open(run.path("stderr"))
+            .expect("stderr");
+        err.write_all(b"warning\n").expect("append");
+    }
+    let output = e.get(&x).await.expect("get");
+    assert!(
+        output.updated_at > status.updated_at,
+        "{output:?} after {status:?}"
+    );
+    assert_eq!(e.get(&x).await.expect("get"), output);
+    let pgid = run.process().expect("pgid").0;
+    killpg(Pid::from_raw(pgid), Signal::SIGKILL).expect("kill");
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.state, TaskState::Failed, "{r:?}");
+    let local =
+        rustix::fs::statfs(dir.path()).is_ok_and(|s| crate::open_runs::local_file_system(s.f_type));
+    assert_eq!(watched, local, "kept only where the folder is watched");
+}
