@@ -22,8 +22,12 @@
 //! process group still alive, which the caller checks every time) answers it again: it cannot
 //! show a state the run has left, as any change since shows in the count. A record with open
 //! questions is never kept (their files are one folder down, which the watch does not see);
-//! a full queue (an overflow) forgets every kept record. Folders on a network file system,
-//! whose changes made by other machines raise no event here, are never watched.
+//! a full queue (an overflow) forgets every kept record.
+//!
+//! Only folders on a local file system are held and watched. On a network file system another
+//! machine's changes raise no event here, and it may remove a folder held here while the
+//! server gives the folder's inode number to a new one: such folders are opened and read
+//! afresh by every call, as before.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -40,7 +44,7 @@ use rustix::fs::{AtFlags, CWD};
 use crate::run_dir::{FolderIdentity, Meta, RunDir, folder_identity};
 
 /// The most folders held at once: each holds a file descriptor and a watch (as `leaders`
-/// holds a pidfd). Past it, the held folders are let go and the next calls open theirs again.
+/// holds a pidfd). Past it, a held folder is let go for each new one.
 const MAX_HELD: usize = 256;
 
 /// A held folder: which it is, the folder, its record, and what its watch has counted.
@@ -72,6 +76,8 @@ struct Folders {
     /// The inotify instance, `None` where there is none (then nothing is watched).
     inotify: Option<OwnedFd>,
     overflows: u64,
+    /// Whether the runs in each folder of runs are on a local file system (asked once).
+    local: HashMap<PathBuf, bool>,
 }
 
 static FOLDERS: LazyLock<Mutex<Folders>> = LazyLock::new(|| {
@@ -80,6 +86,7 @@ static FOLDERS: LazyLock<Mutex<Folders>> = LazyLock::new(|| {
         watched: HashMap::new(),
         inotify: inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).ok(),
         overflows: 0,
+        local: HashMap::new(),
     })
 });
 
@@ -151,18 +158,29 @@ impl Folders {
     }
 
     /// A watch of the opened folder `dir` (by its descriptor, so it is this folder whatever
-    /// its path names meanwhile), when it is on a local file system.
+    /// its path names meanwhile).
     fn watch(&mut self, dir: &OwnedFd) -> Option<i32> {
         let inotify = self.inotify.as_ref()?;
-        let f_type = rustix::fs::fstatfs(dir).ok()?.f_type;
-        if !local_file_system(f_type) {
-            return None;
-        }
         let by_descriptor = format!("/proc/self/fd/{}", dir.as_raw_fd());
         let wd = inotify::add_watch(inotify, by_descriptor.as_str(), watched_changes()).ok()?;
         // The same folder held under another path shares the watch: the first holder keeps it
         // and this one is not watched (an event names one holder).
         (!self.watched.contains_key(&wd)).then_some(wd)
+    }
+
+    /// Whether the run folder at `path` is on a local file system, asked once per folder of
+    /// runs. Only such folders are held: on a network file system another machine may remove
+    /// a folder that is held here, and the server may give its inode number to a new one.
+    fn local(&mut self, path: &Path) -> bool {
+        let Some(parent) = path.parent() else {
+            return false;
+        };
+        if let Some(local) = self.local.get(parent) {
+            return *local;
+        }
+        let local = rustix::fs::statfs(parent).is_ok_and(|s| local_file_system(s.f_type));
+        self.local.insert(parent.to_owned(), local);
+        local
     }
 
     /// Lets go of the held folder `key`, and of its watch.
@@ -207,11 +225,15 @@ pub(crate) fn open(path: PathBuf) -> io::Result<(RunDir, Arc<Meta>)> {
         let key = run.0.as_os_str().to_owned();
         let mut folders = folders();
         folders.release(&key);
-        if folders.held.len() >= MAX_HELD {
-            let keys: Vec<OsString> = folders.held.keys().cloned().collect();
-            for key in &keys {
-                folders.release(key);
-            }
+        if !folders.local(&run.0) {
+            return Ok((run, meta));
+        }
+        // Full: one held folder (any) makes room, so that a server polling a few more runs
+        // than it can hold keeps most of them held.
+        if folders.held.len() >= MAX_HELD
+            && let Some(other) = folders.held.keys().next().cloned()
+        {
+            folders.release(&other);
         }
         let watch = folders.watch(dir);
         if let Some(wd) = watch {

@@ -25,10 +25,12 @@ fn a_held_folder_serves_only_while_its_path_names_it() {
     let dir = root.path().join("run1");
     std::fs::create_dir(&dir).expect("mkdir");
     write_atomic(&dir.join("meta.json"), &record("first")).expect("write");
+    // Held only on a local file system (as the test's folder is on this machine).
+    let local = rustix::fs::statfs(root.path()).is_ok_and(|s| local_file_system(s.f_type));
     let (_, first) = open(dir.clone()).expect("open");
     assert_eq!(first.tool, "first");
     let (run, again) = open(dir.clone()).expect("again");
-    assert!(Arc::ptr_eq(&first, &again), "the held record serves");
+    assert_eq!(Arc::ptr_eq(&first, &again), local, "the held record serves");
     assert!(run.seen("meta.json").expect("look").is_some());
     std::fs::remove_dir_all(&dir).expect("rm");
     assert_eq!(
@@ -50,7 +52,7 @@ fn a_held_folder_serves_only_while_its_path_names_it() {
     );
     // Made again while the old one is held: the held one is let go for the new.
     let (_, held_before) = open(dir.clone()).expect("held");
-    assert!(Arc::ptr_eq(&second, &held_before));
+    assert_eq!(Arc::ptr_eq(&second, &held_before), local);
     std::fs::rename(&dir, root.path().join("old")).expect("move away");
     std::fs::create_dir(&dir).expect("mkdir");
     write_atomic(&dir.join("meta.json"), &record("third")).expect("write");
@@ -163,4 +165,28 @@ fn only_file_systems_whose_changes_pass_through_this_kernel_are_watched() {
     for other in [0x6969, 0xFE53_4D42, 0x6573_5546, 0] {
         assert!(!local_file_system(other), "{other:#x}");
     }
+}
+
+/// Past the most folders held, one held folder makes room for each new one: the newest is
+/// held, and no more than the most are.
+#[test]
+fn past_the_most_held_each_new_folder_takes_the_place_of_one() {
+    let root = tempfile::tempdir().expect("dir");
+    let local = rustix::fs::statfs(root.path()).is_ok_and(|s| local_file_system(s.f_type));
+    let mut last = None;
+    for n in 0..MAX_HELD + 20 {
+        let dir = root.path().join(format!("run{n}"));
+        std::fs::create_dir(&dir).expect("mkdir");
+        write_atomic(&dir.join("meta.json"), &record("t")).expect("write");
+        let (_, meta) = open(dir.clone()).expect("open");
+        last = Some((dir, meta));
+        assert!(folders().held.len() <= MAX_HELD);
+    }
+    let (dir, meta) = last.expect("opened");
+    let (_, again) = open(dir).expect("again");
+    assert_eq!(
+        Arc::ptr_eq(&meta, &again),
+        local,
+        "the newest folder is held"
+    );
 }
