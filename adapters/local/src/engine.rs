@@ -127,6 +127,81 @@ fn not_found(what: &str) -> EngineError {
     }
 }
 
+/// How long a run folder without a record may be another start's work in progress (a start
+/// writes the record within milliseconds of making the folder); older, it was left by a start
+/// that stopped before writing it (a crash), and is taken over.
+const ABANDONED_AFTER: Duration = Duration::from_secs(30);
+
+/// How long a start waits for another start of the same call to write the record.
+const CLAIM_WAIT: Duration = Duration::from_secs(2);
+
+/// Who starts the command of a run: this start, or another start of the same call that made
+/// the run's folder first (with what it started).
+enum Claim {
+    Ours,
+    Theirs(Started),
+}
+
+/// Claims the run folder `run` (id `id`) for this start: making it (not as part of a path:
+/// exactly one start makes it) claims it. A folder another start made answers with its record
+/// once that is written; one without a record past [`ABANDONED_AFTER`] is moved aside (one
+/// start wins the rename), removed and claimed again; a start in progress past [`CLAIM_WAIT`]
+/// is a retryable error.
+async fn claim(run: &RunDir, id: &str) -> Result<Claim, EngineError> {
+    use std::io::ErrorKind;
+    use std::os::unix::fs::DirBuilderExt;
+    let waited = tokio::time::Instant::now();
+    let make = || std::fs::DirBuilder::new().mode(0o700).create(&run.0);
+    loop {
+        let made = match make() {
+            // The folder of runs is made with the state folder; made here if it is gone.
+            Err(e) if e.kind() == ErrorKind::NotFound => run
+                .0
+                .parent()
+                .map_or(Err(e), create_private_dir)
+                .and_then(|()| make()),
+            made => made,
+        };
+        match made {
+            Ok(()) => return Ok(Claim::Ours),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_error("cannot create the run folder", e)),
+        }
+        match run.meta() {
+            Ok(meta) => {
+                return Ok(Claim::Theirs(Started {
+                    execution: ExecutionRef(id.to_owned()),
+                    created_at: meta.created_at,
+                }));
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("cannot read the run record", e)),
+        }
+        let age = std::fs::metadata(&run.0)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|changed| SystemTime::now().duration_since(changed).ok());
+        if age.is_some_and(|age| age > ABANDONED_AFTER) {
+            let aside = run.0.with_extension(format!(
+                "abandoned-{}-{}",
+                std::process::id(),
+                Utc::now().timestamp_nanos_opt().unwrap_or_default()
+            ));
+            if std::fs::rename(&run.0, &aside).is_ok() {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
+            continue;
+        }
+        if waited.elapsed() >= CLAIM_WAIT {
+            return Err(io_error(
+                "another start of this call is in progress",
+                std::io::Error::from(ErrorKind::WouldBlock),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn io_error(what: &str, e: std::io::Error) -> EngineError {
     EngineError::unavailable(KIND, what.to_owned(), e)
 }
@@ -312,8 +387,13 @@ impl Engine for LocalEngine {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_error("cannot read the run record", e)),
         }
+        // Two starts of one call (a client retrying while its first attempt is in flight) both
+        // find no record: the one that makes the folder runs the command, the other answers
+        // with the record the first writes.
+        if let Claim::Theirs(started) = claim(&run, &id).await? {
+            return Ok(started);
+        }
         let created_at = Utc::now();
-        create_private_dir(&run.0).map_err(|e| io_error("cannot create the run folder", e))?;
         let meta = Meta {
             tool: request.tool.clone(),
             command: self.target.command.clone(),

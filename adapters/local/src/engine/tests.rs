@@ -503,3 +503,69 @@ async fn a_kept_record_never_hides_a_change() {
         rustix::fs::statfs(dir.path()).is_ok_and(|s| crate::open_runs::local_file_system(s.f_type));
     assert_eq!(watched, local, "kept only where the folder is watched");
 }
+
+/// Starts of one call made at once (a client retrying while its first attempt is in flight)
+/// run the command once and answer the same run (on threads of their own, so that they race).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_starts_of_one_call_run_the_command_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let count = dir.path().join("count");
+    let e = Arc::new(engine(
+        dir.path(),
+        &format!("echo ran >> '{}'", count.display()),
+    ));
+    let calls = 20;
+    for _ in 0..calls {
+        let request = StartRequest::new("t", json!({}), "p");
+        let starts: Vec<_> = (0..4)
+            .map(|_| {
+                let (e, request) = (Arc::clone(&e), request.clone());
+                tokio::spawn(async move { e.start(request).await })
+            })
+            .collect();
+        let mut runs = Vec::new();
+        for start in starts {
+            runs.push(start.await.expect("task").expect("start").execution);
+        }
+        assert!(runs.iter().all(|r| *r == runs[0]), "{runs:?}");
+        wait_terminal(&e, &runs[0]).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ran = std::fs::read_to_string(&count).expect("count");
+    assert_eq!(ran.lines().count(), calls, "{ran:?}");
+}
+
+/// A run folder left without a record by a start that stopped (a crash) is taken over once it
+/// is old enough to be abandoned; a young one is another start in progress: a retryable error.
+#[tokio::test]
+async fn a_folder_left_without_a_record_is_taken_over_once_abandoned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), "true");
+    let request = StartRequest::new("t", json!({}), "p");
+    let folder = dir
+        .path()
+        .join("runs")
+        .join(request.idempotency_key.to_string());
+    std::fs::create_dir_all(&folder).expect("mkdir");
+    let err = e
+        .start(request.clone())
+        .await
+        .expect_err("another start is in progress");
+    assert!(err.is_retryable(), "{err:?}");
+    std::fs::File::open(&folder)
+        .expect("open folder")
+        .set_modified(SystemTime::now() - Duration::from_secs(120))
+        .expect("age it");
+    let started = e.start(request).await.expect("taken over").execution;
+    let done = wait_terminal(&e, &started).await;
+    assert_eq!(done.state, TaskState::Completed, "{done:?}");
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("runs"))
+        .expect("runs")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "the abandoned folder was not removed: {left:?}"
+    );
+}
