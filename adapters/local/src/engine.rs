@@ -458,16 +458,16 @@ impl Engine for LocalEngine {
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         let (run, meta) = self.open_run(execution)?;
-        // The record a poll read before, while nothing in the folder has changed since and the
-        // group is still alive: what reading the folder again would find (module `open_runs`).
-        if let Some(record) = crate::open_runs::unchanged(&run.0)
+        // What the folder's watch has counted before it is read (a working record read after
+        // it may be kept for the next poll), and the record a poll read before while nothing in
+        // the folder has changed since: with the group still alive, what reading the folder
+        // again would find (module `open_runs`).
+        let (look, kept) = crate::open_runs::look(&run.0);
+        if let Some(record) = kept
             && run_alive(&run, &meta)
         {
             return Ok(record);
         }
-        // What the folder's watch has counted before it is read: a working record read after
-        // it may be kept for the next poll.
-        let look = crate::open_runs::look(&run.0);
         let mut record = ExecutionRecord::new(TaskState::Working, "running", meta.created_at);
         let read = |e| io_error("cannot read the run record", e);
         // When each file of the record last changed (and how long it was): the latest change

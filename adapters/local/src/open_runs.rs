@@ -30,7 +30,7 @@
 //! afresh by every call, as before.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -184,7 +184,7 @@ impl Folders {
     }
 
     /// Lets go of the held folder `key`, and of its watch.
-    fn release(&mut self, key: &OsString) {
+    fn release(&mut self, key: &OsStr) {
         if let Some(held) = self.held.remove(key)
             && let Some(wd) = held.watch
         {
@@ -206,7 +206,7 @@ pub(crate) fn open(path: PathBuf) -> io::Result<(RunDir, Arc<Meta>)> {
         Ok(identity) => identity,
         Err(e) => {
             if e.kind() == io::ErrorKind::NotFound {
-                folders().release(&key.to_owned());
+                folders().release(key);
             }
             return Err(e);
         }
@@ -254,39 +254,39 @@ pub(crate) fn open(path: PathBuf) -> io::Result<(RunDir, Arc<Meta>)> {
     Ok((run, meta))
 }
 
-/// The record kept for the held folder at `path`, if nothing in the folder has changed since
-/// it was read. The caller still checks that the run's process group is alive.
-pub(crate) fn unchanged(path: &Path) -> Option<ExecutionRecord> {
+/// What the watches have counted for the held folder at `path` as a poll begins, when it is
+/// watched, and the record kept for it if nothing in the folder has changed since that record
+/// was read (the caller still checks that the run's process group is alive). A poll that reads
+/// the folder reads it after this count, and may keep what it read with it ([`keep`]).
+pub(crate) fn look(path: &Path) -> (Option<Look>, Option<ExecutionRecord>) {
     let mut folders = folders();
     folders.drain();
     let overflows = folders.overflows;
-    let held = folders.held.get(path.as_os_str())?;
-    let (look, record) = held.kept.as_ref()?;
-    let same = held.watch.is_some() && look.changes == held.changes && look.overflows == overflows;
+    let Some(held) = folders.held.get(path.as_os_str()) else {
+        return (None, None);
+    };
+    if held.watch.is_none() {
+        return (None, None);
+    }
+    let now = Look {
+        changes: held.changes,
+        overflows,
+    };
+    let kept = match &held.kept {
+        Some((then, record)) if *then == now => Some(record.clone()),
+        _ => None,
+    };
     #[cfg(test)]
-    if same {
+    if kept.is_some() {
         SERVED.with(|n| n.set(n.get() + 1));
     }
-    same.then(|| record.clone())
+    (Some(now), kept)
 }
 
 #[cfg(test)]
 thread_local! {
-    /// Kept records this thread answered (tests: a `#[tokio::test]` runs on its own thread).
+    /// Kept records this thread handed out (tests: a `#[tokio::test]` runs on its own thread).
     pub(crate) static SERVED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// What the watches have counted for the held folder at `path` before a poll reads it, when
-/// it is watched (the record the poll reads may then be kept with it: [`keep`]).
-pub(crate) fn look(path: &Path) -> Option<Look> {
-    let mut folders = folders();
-    folders.drain();
-    let overflows = folders.overflows;
-    let held = folders.held.get(path.as_os_str())?;
-    held.watch.map(|_| Look {
-        changes: held.changes,
-        overflows,
-    })
 }
 
 /// Keeps `record`, a working run's record read from the folder at `path` after `look`; a
@@ -301,7 +301,7 @@ pub(crate) fn keep(path: &Path, look: Look, record: &ExecutionRecord) {
 
 /// Lets go of the folder at `path` (it was removed).
 pub(crate) fn forget(path: &Path) {
-    folders().release(&path.as_os_str().to_owned());
+    folders().release(path.as_os_str());
 }
 
 #[cfg(test)]

@@ -6,6 +6,11 @@ use flowgate_core::TaskState;
 use super::*;
 use crate::run_dir::write_atomic;
 
+/// The record kept for the folder at `path`, if nothing in it has changed since it was read.
+fn unchanged(path: &Path) -> Option<ExecutionRecord> {
+    look(path).1
+}
+
 fn record(tool: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "tool": tool,
@@ -76,7 +81,7 @@ fn a_kept_record_is_answered_only_while_nothing_in_its_folder_changed() {
     // Opens the folder, reads it (after a look) and keeps what was read.
     let read_and_keep = || {
         open(dir.clone()).expect("open");
-        let look = look(&dir);
+        let look = look(&dir).0;
         assert_eq!(
             look.is_some(),
             watched,
