@@ -144,9 +144,10 @@ enum Claim {
 
 /// Claims the run folder `run` (id `id`) for this start: making it (not as part of a path:
 /// exactly one start makes it) claims it. A folder another start made answers with its record
-/// once that is written; one without a record past [`ABANDONED_AFTER`] is moved aside (one
-/// start wins the rename), removed and claimed again; a start in progress past [`CLAIM_WAIT`]
-/// is a retryable error.
+/// once that is written; a record that cannot be read now (a full file table, an I/O error)
+/// may be that start's, so it is a retryable error, never a second run of the command. A
+/// folder without a record past [`ABANDONED_AFTER`] is moved aside (one start wins the rename),
+/// removed and claimed again; a start in progress past [`CLAIM_WAIT`] is a retryable error.
 async fn claim(run: &RunDir, id: &str) -> Result<Claim, EngineError> {
     use std::io::ErrorKind;
     use std::os::unix::fs::DirBuilderExt;
@@ -374,22 +375,8 @@ impl Engine for LocalEngine {
         // first attempt recorded instead of starting the command again.
         let id = request.idempotency_key.to_string();
         let run = RunDir::new(self.runs_dir().join(&id));
-        // Only a record that is not there starts the command: one that cannot be read now (a
-        // full file table, an I/O error) may be the first attempt's, so the start is retried
-        // instead of running the command a second time.
-        match run.meta() {
-            Ok(meta) => {
-                return Ok(Started {
-                    execution: ExecutionRef(id),
-                    created_at: meta.created_at,
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error("cannot read the run record", e)),
-        }
-        // Two starts of one call (a client retrying while its first attempt is in flight) both
-        // find no record: the one that makes the folder runs the command, the other answers
-        // with the record the first writes.
+        // The start that makes the run's folder runs the command; any other start of the call
+        // (a retry, or one made while the first is still in flight) answers with its record.
         if let Claim::Theirs(started) = claim(&run, &id).await? {
             return Ok(started);
         }
