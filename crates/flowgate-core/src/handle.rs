@@ -26,8 +26,12 @@ use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 use crate::ExecutionRef;
+
+mod opened;
+use opened::Opened;
 
 /// The prefix and version of every handle this code seals.
 const VERSION: &str = "fg1";
@@ -141,12 +145,18 @@ impl HandleKey {
 pub struct Keyring {
     current: HandleKey,
     previous: Vec<HandleKey>,
+    /// Task handles these keys opened (module `opened`), shared by the keyring's clones.
+    opened: Arc<Opened>,
 }
 
 impl Keyring {
     /// A keyring that seals with `current` and also opens handles sealed under `previous`.
     pub fn new(current: HandleKey, previous: Vec<HandleKey>) -> Self {
-        Keyring { current, previous }
+        Keyring {
+            current,
+            previous,
+            opened: Arc::new(Opened::new()),
+        }
     }
 
     /// Parses `kid:base64key[,kid:base64key...]`; the first key seals, all of them open.
@@ -200,6 +210,16 @@ impl Keyring {
     /// # Errors
     /// [`OpenError`]; callers must answer every variant the same way ("task not found").
     pub fn open(&self, token: &str, principal: &str) -> Result<TaskHandle, OpenError> {
+        if let Some(handle) = self.opened.get(token, principal) {
+            return Ok(handle);
+        }
+        let handle = self.open_sealed(token, principal)?;
+        self.opened.keep(token, principal, &handle);
+        Ok(handle)
+    }
+
+    /// [`Keyring::open`] the full way: base64, AEAD, JSON.
+    fn open_sealed(&self, token: &str, principal: &str) -> Result<TaskHandle, OpenError> {
         let plaintext = self.open_bytes(VERSION, token, principal)?;
         let body: Sealed = serde_json::from_slice(&plaintext).map_err(|_| OpenError::Rejected)?;
         let created_at = DateTime::from_timestamp_millis(body.c).ok_or(OpenError::Rejected)?;
@@ -422,6 +442,49 @@ mod tests {
         assert!(k.open("not-a-handle", "p").is_err());
         assert!(k.open(&format!("fg1.k1.{}", "A".repeat(120)), "p").is_err());
         assert!(k.open(&token.replacen("fg1", "fg2", 1), "p").is_err());
+    }
+
+    /// A handle opened once opens from the set of opened handles to the same task; nothing a
+    /// refused handle presents enters it, a kept handle is refused to another principal as
+    /// before, and the set stays within its bound while every handle still opens.
+    #[test]
+    fn opened_handles_open_again_the_same_and_refusals_stay_refusals() {
+        let k = ring("k1", 7);
+        let token = k.seal(&sample(), "alice");
+        assert_eq!(k.open(&token, "alice"), Ok(sample()));
+        assert_eq!(k.opened.len(), 1);
+        assert_eq!(k.open(&token, "alice"), Ok(sample()));
+        assert_eq!(
+            k.clone().open(&token, "alice"),
+            Ok(sample()),
+            "clones share it"
+        );
+        assert_eq!(k.open(&token, "bob"), Err(OpenError::Rejected));
+        let mut bytes = token.clone().into_bytes();
+        let last = bytes.len() - 3;
+        bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(bytes).expect("ascii");
+        assert!(k.open(&tampered, "alice").is_err());
+        assert!(k.open(&tampered, "alice").is_err(), "refused twice");
+        assert_eq!(k.opened.len(), 1, "only the opened handle is kept");
+        assert_eq!(
+            ring("k1", 8).open(&token, "alice"),
+            Err(OpenError::Rejected)
+        );
+
+        let tokens: Vec<(String, TaskHandle)> = (0..opened::CAPACITY + 500)
+            .map(|n| {
+                let mut h = sample();
+                h.execution = ExecutionRef(format!("run-{n}"));
+                (k.seal(&h, "alice"), h)
+            })
+            .collect();
+        for _ in 0..2 {
+            for (token, handle) in &tokens {
+                assert_eq!(k.open(token, "alice").as_ref(), Ok(handle));
+            }
+            assert!(k.opened.len() <= opened::CAPACITY, "{}", k.opened.len());
+        }
     }
 
     #[test]
