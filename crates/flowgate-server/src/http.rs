@@ -34,6 +34,7 @@
 mod authenticate;
 mod dialect;
 mod identity;
+mod names;
 mod oauth;
 mod observe;
 mod origins;

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::origins::Guard;
-use super::{poll, resume};
+use super::{names, poll, resume};
 use crate::dialect_2025::{self, Handled, Outbox, Question};
 use crate::jsonrpc::Incoming;
 use crate::{Caller, FlowgateServer};
@@ -57,7 +57,7 @@ pub(crate) async fn serve_2025(
     let extensions = request.extensions();
     // A `GET` resuming a `tasks/result` stream of ours is that `tasks/result` again.
     let resumed = (request.method() == Method::GET)
-        .then(|| request.headers().get("last-event-id"))
+        .then(|| request.headers().get(names::LAST_EVENT_ID))
         .flatten()
         .and_then(|v| v.to_str().ok())
         .and_then(resume::resumed)

@@ -29,6 +29,7 @@ use base64::Engine as _;
 use rmcp::ErrorData;
 use rmcp::model::{RequestId, ServerJsonRpcMessage};
 
+use super::names;
 use crate::jsonrpc::Incoming;
 
 /// The methods whose `Mcp-Name` is the task id.
@@ -49,16 +50,16 @@ pub(crate) async fn parse(State(limit): State<usize>, request: Request, next: Ne
     };
     let revision = parts
         .headers
-        .get("mcp-protocol-version")
+        .get(names::MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok());
     let parsed = Incoming::parse(&bytes, revision);
     let id = match &parsed {
         Ok(message) => {
-            if !parts.headers.contains_key("mcp-name")
+            if !parts.headers.contains_key(names::MCP_NAME)
                 && let Some(name) = task_name(message)
             {
                 tracing::debug!("tasks request without Mcp-Name; using params.taskId");
-                parts.headers.insert("mcp-name", name);
+                parts.headers.insert(names::MCP_NAME, name);
             }
             message.id.clone()
         }

@@ -5,10 +5,12 @@
 use std::sync::Arc;
 
 use axum::extract::Request;
+use axum::http::HeaderName;
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
 
+use super::names;
 use crate::caller::request_id;
 
 /// The id of an HTTP request.
@@ -20,13 +22,13 @@ pub(crate) struct RequestId(pub(crate) Arc<str>);
 /// and it is a short token, else a fresh one ([`request_id`]).
 pub(crate) async fn request_span(mut request: Request, next: Next) -> Response {
     let (id, mcp_method) = {
-        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-        let offered = header("x-request-id")
-            .or_else(|| header("x-cloud-trace-context").and_then(|v| v.split('/').next()))
-            .or_else(|| header("x-amzn-trace-id").map(amzn_root));
+        let header = |name: &HeaderName| request.headers().get(name).and_then(|v| v.to_str().ok());
+        let offered = header(&names::X_REQUEST_ID)
+            .or_else(|| header(&names::X_CLOUD_TRACE_CONTEXT).and_then(|v| v.split('/').next()))
+            .or_else(|| header(&names::X_AMZN_TRACE_ID).map(amzn_root));
         let id = request_id(offered);
         // The header is the client's text: kept short (log formats escape what it holds).
-        let method: String = header("mcp-method")
+        let method: String = header(&names::MCP_METHOD)
             .unwrap_or("")
             .chars()
             .take(64)
