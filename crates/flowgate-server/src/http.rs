@@ -128,31 +128,38 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         guard: Arc::new(guard),
         buffered: options.buffered_responses,
     };
-    let mut mcp = Router::new().nest_service("/mcp", service).route_layer(
-        axum::middleware::from_fn_with_state(dialect, dialect::serve_2025),
-    );
-    if let Some(identity) = &options.identity {
-        let check = scopes::ScopeCheck {
-            identity: Arc::clone(identity),
-            server,
-        };
-        mcp = mcp.route_layer(axum::middleware::from_fn_with_state(
-            check,
+    // One stack of layers on `/mcp` (the first listed meets the request first), laid on the
+    // route once: each `route_layer` of its own boxed the route again, so a request cloned
+    // and boxed one more service and future per layer.
+    let scopes = options.identity.as_ref().map(|identity| {
+        axum::middleware::from_fn_with_state(
+            scopes::ScopeCheck {
+                identity: Arc::clone(identity),
+                server,
+            },
             scopes::require_scopes,
-        ));
-    }
-    // `route_layer`: the layers serve `/mcp` alone; any other path is the plain 404 of the
-    // HTTP stack (what the benchmark's floor measures), never an MCP answer.
-    let mut app = mcp
-        .route_layer(axum::middleware::from_fn(observe::observe))
-        .route_layer(axum::middleware::from_fn_with_state(
+        )
+    });
+    let layers = tower::ServiceBuilder::new()
+        .layer(axum::middleware::from_fn_with_state(
+            options.identity.clone(),
+            authenticate::authenticate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             body_limit,
             parse::parse,
         ))
-        .route_layer(axum::middleware::from_fn_with_state(
-            options.identity.clone(),
-            authenticate::authenticate,
+        .layer(axum::middleware::from_fn(observe::observe))
+        .option_layer(scopes)
+        .layer(axum::middleware::from_fn_with_state(
+            dialect,
+            dialect::serve_2025,
         ));
+    // `route_layer`: the layers serve `/mcp` alone; any other path is the plain 404 of the
+    // HTTP stack (what the benchmark's floor measures), never an MCP answer.
+    let mut app = Router::new()
+        .nest_service("/mcp", service)
+        .route_layer(layers);
     if let Some(metadata) = options
         .identity
         .as_ref()
