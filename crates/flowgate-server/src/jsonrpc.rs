@@ -5,6 +5,7 @@
 //! `Mcp-Name` fill-in, the scope check, the 2025-11-25 dialect, the JSON-RPC error for a body
 //! that is no message) reads this instead of the body.
 
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// The parts of a JSON-RPC message flowgate looks at before (or instead of) rmcp.
@@ -35,8 +36,13 @@ impl Incoming {
     /// When `body` is not JSON. JSON that is no message (an array, an object without
     /// `method` or `result`) parses, with nothing set but what it has.
     pub(crate) fn parse(body: &[u8], revision: Option<&str>) -> Result<Self, serde_json::Error> {
-        let value: Value = serde_json::from_slice(body)?;
-        Ok(Incoming::from_value(value, revision))
+        // A body checked as UTF-8 at once is read as text, whose strings are then not checked
+        // one by one; one that is not UTF-8 gets the reader's error, with its position.
+        let members: Members = match std::str::from_utf8(body) {
+            Ok(text) => serde_json::from_str(text)?,
+            Err(_) => serde_json::from_slice(body)?,
+        };
+        Ok(Incoming::from_members(members, revision))
     }
 
     /// The message `value` is, in `revision` when the transport knows it.
@@ -44,18 +50,33 @@ impl Incoming {
         let Value::Object(mut message) = value else {
             return Incoming::default();
         };
-        let jsonrpc_2_0 = message.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
         let mut take = |key: &str| message.remove(key);
-        let method = match take("method") {
+        let members = Members {
+            object: true,
+            jsonrpc: take("jsonrpc"),
+            id: take("id"),
+            method: take("method"),
+            params: take("params"),
+            result: take("result"),
+            error: take("error"),
+        };
+        Incoming::from_members(members, revision)
+    }
+
+    fn from_members(members: Members, revision: Option<&str>) -> Self {
+        if !members.object {
+            return Incoming::default();
+        }
+        let method = match members.method {
             Some(Value::String(m)) => Some(m),
             _ => None,
         };
         let mut incoming = Incoming {
-            jsonrpc_2_0,
-            id: take("id"),
-            params: take("params").unwrap_or(Value::Null),
-            result: take("result"),
-            error: take("error"),
+            jsonrpc_2_0: members.jsonrpc.as_ref().and_then(Value::as_str) == Some("2.0"),
+            id: members.id,
+            params: members.params.unwrap_or(Value::Null),
+            result: members.result,
+            error: members.error,
             method,
             revision: revision.map(str::to_owned),
         };
@@ -96,6 +117,126 @@ impl Incoming {
     }
 }
 
+/// The members of a message that [`Incoming`] keeps, read from the text in one pass: each is
+/// built as a value, any other member is skipped without being built, and the last of a
+/// repeated member counts (as when the message is read into one JSON value and taken apart,
+/// which cost a map of every member and its removal again on every request).
+#[derive(Default)]
+struct Members {
+    /// Whether the message is a JSON object at all.
+    object: bool,
+    jsonrpc: Option<Value>,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(MembersVisitor)
+    }
+}
+
+/// A member's name, without keeping it.
+enum Member {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Member {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl Visitor<'_> for Name {
+            type Value = Member;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E>(self, name: &str) -> Result<Member, E> {
+                Ok(match name {
+                    "jsonrpc" => Member::Jsonrpc,
+                    "id" => Member::Id,
+                    "method" => Member::Method,
+                    "params" => Member::Params,
+                    "result" => Member::Result,
+                    "error" => Member::Error,
+                    _ => Member::Other,
+                })
+            }
+        }
+        deserializer.deserialize_str(Name)
+    }
+}
+
+/// Any JSON: an object gives its members; anything else is read through and gives none.
+struct MembersVisitor;
+
+impl<'de> Visitor<'de> for MembersVisitor {
+    type Value = Members;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+        let mut members = Members {
+            object: true,
+            ..Members::default()
+        };
+        while let Some(member) = map.next_key::<Member>()? {
+            let slot = match member {
+                Member::Jsonrpc => &mut members.jsonrpc,
+                Member::Id => &mut members.id,
+                Member::Method => &mut members.method,
+                Member::Params => &mut members.params,
+                Member::Result => &mut members.result,
+                Member::Error => &mut members.error,
+                Member::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value()?);
+        }
+        Ok(members)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Members, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Members::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Members, E> {
+        Ok(Members::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Members, E> {
+        Ok(Members::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Members, E> {
+        Ok(Members::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Members, E> {
+        Ok(Members::default())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Members, E> {
+        Ok(Members::default())
+    }
+
+    fn visit_unit<E>(self) -> Result<Members, E> {
+        Ok(Members::default())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +260,52 @@ mod tests {
         );
         assert_eq!(call.name(), Some("deploy"));
         assert_eq!(call.revision, None);
+    }
+
+    /// Reading a body's members in one pass gives what reading it into one value and taking
+    /// that apart gives, for every shape (repeated and escaped member names, `null`s, other
+    /// members, JSON that is no object), and the same error for what is not JSON.
+    #[test]
+    fn a_body_read_in_one_pass_is_the_body_read_whole() {
+        let bodies: [&[u8]; 16] = [
+            br#"{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"t","_meta":{"a":[1,{"b":null}]}}}"#,
+            br#"{"id":null,"jsonrpc":"2.0","method":"notifications/x"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"id":"two","method":"a","method":"b","params":1,"params":{"x":2}}"#,
+            br#"{"\u006aso\u006erpc":"2.0","\u0069d":3,"me\u0074hod":"tools/call","params":{"name":"d\u00e9ploy"}}"#,
+            br#"{"jsonrpc":"1.0","id":1.5,"method":5,"result":{"ok":true},"error":{"code":-1}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#,
+            br#"{"other":{"deep":[[[{"x":"y"}]]]},"jsonrpc":"2.0","method":"m","extra":[1,2,3]}"#,
+            br#"{}"#,
+            br#"[{"jsonrpc":"2.0","id":1,"method":"a"}]"#,
+            br#""tasks/get""#,
+            br#"5"#,
+            br#"-1.5e3"#,
+            br#"true"#,
+            br#"null"#,
+            " {\"jsonrpc\":\"2.0\",\"id\":\"\u{e9}\",\"method\":\"\u{1F600}\"} ".as_bytes(),
+            br#"{"jsonrpc":"2.0","method":"m","params":null}"#,
+        ];
+        for body in bodies {
+            for revision in [None, Some("2026-07-28")] {
+                let whole =
+                    Incoming::from_value(serde_json::from_slice(body).expect("json"), revision);
+                let read = Incoming::parse(body, revision).expect("parses");
+                assert_eq!(read, whole, "{}", String::from_utf8_lossy(body));
+            }
+        }
+        let broken: [&[u8]; 6] = [
+            b"",
+            br#"{"jsonrpc":"2.0","#,
+            br#"{"id":1}}"#,
+            b"{\"method\":\"\xff\"}",
+            br#"{"id":01}"#,
+            br#"{"a":1,}"#,
+        ];
+        for body in broken {
+            let whole = serde_json::from_slice::<Value>(body).expect_err("not json");
+            let read = Incoming::parse(body, None).expect_err("not json");
+            assert_eq!(read.to_string(), whole.to_string());
+        }
     }
 
     #[test]
