@@ -114,31 +114,25 @@ pub(crate) async fn answer(server: &FlowgateServer, caller: &Caller, poll: Poll<
         .instrument(span)
         .await;
     on_drop.disarm();
-    if let Ok(view) = &got
-        && let Some(body) = written(view, &poll.id)
-    {
-        let mut response = json(StatusCode::OK, body);
-        response.extensions_mut().insert(Ended::Ok);
-        return response;
-    }
-    let (message, ended) = match got {
-        Ok(view) => (
-            ServerJsonRpcMessage::response(
-                ServerResult::GetTaskResult(GetTaskResult::new(crate::mcp::detailed(view))),
-                poll.id,
-            ),
-            Ended::Ok,
-        ),
+    // The answer is written in place where it can be, else through rmcp's types; how it ended
+    // goes with it, for `observe` (which would otherwise read the answer back).
+    let (mut response, ended) = match got {
+        Ok(view) => {
+            let response = match written(&view, &poll.id) {
+                Some(body) => json(StatusCode::OK, body),
+                None => respond(&ServerJsonRpcMessage::response(
+                    ServerResult::GetTaskResult(GetTaskResult::new(crate::mcp::detailed(view))),
+                    poll.id,
+                )),
+            };
+            (response, Ended::Ok)
+        }
         Err(error) => {
             let code = i64::from(error.code.0);
-            (
-                ServerJsonRpcMessage::error(error, Some(poll.id)),
-                Ended::Error(code),
-            )
+            let message = ServerJsonRpcMessage::error(error, Some(poll.id));
+            (respond(&message), Ended::Error(code))
         }
     };
-    // How it ended, for `observe` (which would otherwise read the answer back).
-    let mut response = respond(&message);
     response.extensions_mut().insert(ended);
     response
 }
