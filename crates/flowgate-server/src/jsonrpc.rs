@@ -108,6 +108,15 @@ impl Incoming {
         self.params.get(key)?.as_str()
     }
 
+    /// The tool a `tools/call` names (`None` for any other method).
+    pub(crate) fn tool(&self) -> Option<&str> {
+        if self.method() == "tools/call" {
+            self.name()
+        } else {
+            None
+        }
+    }
+
     /// The params as an object (an empty one when they are absent or not an object).
     pub(crate) fn params_object(&self) -> Map<String, Value> {
         match &self.params {
@@ -252,6 +261,8 @@ mod tests {
         assert_eq!(m.method(), "tasks/get");
         assert_eq!(m.id, Some(json!(7)));
         assert_eq!(m.name(), Some("fg1.k.x"));
+        // A task's handle is no tool.
+        assert_eq!(m.tool(), None);
         assert!(m.is_in("2026-07-28"));
         assert!(m.jsonrpc_2_0);
         let call = Incoming::from_value(
@@ -259,6 +270,7 @@ mod tests {
             None,
         );
         assert_eq!(call.name(), Some("deploy"));
+        assert_eq!(call.tool(), Some("deploy"));
         assert_eq!(call.revision, None);
     }
 

@@ -102,7 +102,7 @@ fn observe(message: &Incoming) -> Option<flowgate_telemetry::Request> {
     let info = flowgate_telemetry::RequestInfo {
         method: message.method(),
         id: Some(message.id.as_ref()? as &dyn std::fmt::Display),
-        tool: message.name(),
+        tool: message.tool(),
         revision: message.revision.as_deref(),
         issuer: None,
         transport: "pipe",

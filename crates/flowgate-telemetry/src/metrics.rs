@@ -399,10 +399,12 @@ impl Metrics {
     }
 
     /// An MCP request answered (`outcome`: `ok`, `error` with its JSON-RPC `code`, `refused`),
-    /// after `took`.
-    pub fn request(
+    /// after `took`. `index` is `method`'s position among the methods flowgate serves
+    /// (`request::method_index`), `None` for `other`.
+    pub(crate) fn request(
         &self,
         method: &'static str,
+        index: Option<usize>,
         outcome: &'static str,
         code: Option<i64>,
         took: Duration,
@@ -412,7 +414,6 @@ impl Metrics {
             outcome,
             code,
         };
-        let index = crate::request::method_index(method);
         // An answered request's series are kept (see `ToolSeries`); errors go through the family.
         match index {
             Some(i) if outcome == "ok" && code.is_none() => self.requests_ok[i]
@@ -633,10 +634,17 @@ mod tests {
         series.engine_call("get", "made_up", Duration::from_millis(3));
         metrics.auth_refused("invalid_token");
         metrics.reloaded(Err(()));
-        metrics.request("tasks/get", "error", Some(-32602), Duration::from_millis(2));
-        metrics.request("tasks/get", "ok", None, Duration::from_millis(2));
-        metrics.request("tasks/get", "ok", None, Duration::from_millis(2));
-        metrics.request("other", "ok", None, Duration::from_millis(2));
+        let get = crate::request::method_index("tasks/get");
+        metrics.request(
+            "tasks/get",
+            get,
+            "error",
+            Some(-32602),
+            Duration::from_millis(2),
+        );
+        metrics.request("tasks/get", get, "ok", None, Duration::from_millis(2));
+        metrics.request("tasks/get", get, "ok", None, Duration::from_millis(2));
+        metrics.request("other", None, "ok", None, Duration::from_millis(2));
         let text = metrics.encode();
         for line in [
             // The family's series and the tool's kept ones are the same series.

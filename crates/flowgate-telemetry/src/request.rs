@@ -34,14 +34,10 @@ pub(crate) const METHODS: [&str; 12] = [
 
 /// `method` as a bounded label value.
 pub fn method_label(method: &str) -> &'static str {
-    METHODS
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or("other")
+    method_index(method).map_or("other", |i| METHODS[i])
 }
 
-/// The position of `method` (a label value) among the methods flowgate serves.
+/// The position of `method` among the methods flowgate serves.
 pub(crate) fn method_index(method: &str) -> Option<usize> {
     METHODS.iter().position(|m| *m == method)
 }
@@ -82,6 +78,8 @@ impl std::fmt::Debug for RequestInfo<'_> {
 pub struct Request {
     span: tracing::Span,
     method: &'static str,
+    /// `method`'s position in [`METHODS`] (found once: the metrics keep a series per method).
+    index: Option<usize>,
     began: Option<Instant>,
 }
 
@@ -93,7 +91,8 @@ impl Request {
         info: RequestInfo<'_>,
         parent: impl FnOnce() -> Option<opentelemetry::Context>,
     ) -> Request {
-        let method = method_label(info.method);
+        let index = method_index(info.method);
+        let method = index.map_or("other", |i| METHODS[i]);
         let traced = crate::traces::layer_made();
         let parent = if traced { parent() } else { None };
         let span = if traced && crate::traces::sampled(parent.as_ref()) {
@@ -130,6 +129,7 @@ impl Request {
         Request {
             span,
             method,
+            index,
             began,
         }
     }
@@ -171,7 +171,7 @@ impl Request {
                 Ended::Error(_) => "error",
                 Ended::Refused(_) => "refused",
             };
-            metrics.request(self.method, outcome, code, began.elapsed());
+            metrics.request(self.method, self.index, outcome, code, began.elapsed());
         }
     }
 }

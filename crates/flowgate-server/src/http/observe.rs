@@ -32,7 +32,7 @@ pub(crate) async fn observe(mut request: Request, next: Next) -> Response {
     if !flowgate_telemetry::request::active() {
         return next.run(request).await;
     }
-    let Some(message) = request.extensions().get::<Arc<Incoming>>().cloned() else {
+    let Some(message) = request.extensions().get::<Arc<Incoming>>() else {
         // Not a JSON-RPC message (a GET, a body `parse` answered): no MCP request to observe.
         return next.run(request).await;
     };
@@ -40,7 +40,7 @@ pub(crate) async fn observe(mut request: Request, next: Next) -> Response {
     let info = RequestInfo {
         method: message.method(),
         id: message.id.as_ref().map(|id| id as &dyn std::fmt::Display),
-        tool: message.name(),
+        tool: message.tool(),
         revision: message.revision.as_deref(),
         issuer: caller
             .and_then(Caller::identity)
