@@ -100,22 +100,7 @@ impl<E: Engine> Instrumented<E> {
         let engine = self.inner.kind();
         let attempt = current_attempt();
         let span = if crate::traces::in_traced_request() {
-            tracing::info_span!(
-                target: SPAN_TARGET,
-                "engine call",
-                otel.name = format_args!("{engine} {operation}").to_string(),
-                otel.kind = "client",
-                otel.status_code = Empty,
-                otel.status_description = Empty,
-                flowgate.engine = engine,
-                flowgate.operation = operation,
-                flowgate.tool = &*self.tool,
-                flowgate.retry = attempt > 1,
-                flowgate.attempt = i64::from(attempt),
-                flowgate.status = Empty,
-                flowgate.throttled = Empty,
-                flowgate.task.state = Empty,
-            )
+            call_span(engine, operation, &self.tool, attempt)
         } else {
             tracing::Span::none()
         };
@@ -144,6 +129,32 @@ impl<E: Engine> Instrumented<E> {
     }
 }
 
+/// The span of an engine call of a traced request (kept out of `observed`, as the request's
+/// span is kept out of `Request::begin`: see the note there).
+#[cold]
+#[inline(never)]
+fn call_span(engine: &str, operation: &str, tool: &str, attempt: u32) -> tracing::Span {
+    tracing::info_span!(
+        target: SPAN_TARGET,
+        "engine call",
+        otel.name = format_args!("{engine} {operation}").to_string(),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+        flowgate.engine = engine,
+        flowgate.operation = operation,
+        flowgate.tool = tool,
+        flowgate.retry = attempt > 1,
+        flowgate.attempt = i64::from(attempt),
+        flowgate.status = Empty,
+        flowgate.throttled = Empty,
+        flowgate.task.state = Empty,
+    )
+}
+
+/// Records how a traced engine call ended (out of line, as `call_span`).
+#[cold]
+#[inline(never)]
 fn record<T>(
     span: &tracing::Span,
     outcome: &'static str,

@@ -409,30 +409,63 @@ impl Metrics {
         code: Option<i64>,
         took: Duration,
     ) {
-        let series = Request {
-            method,
-            outcome,
-            code,
-        };
-        // An answered request's series are kept (see `ToolSeries`); errors go through the family.
-        match index {
-            Some(i) if outcome == "ok" && code.is_none() => self.requests_ok[i]
-                .get_or_init(|| self.requests.get_or_create(&series).clone())
-                .inc(),
-            _ => self.requests.get_or_create(&series).inc(),
-        };
-        let duration = || {
-            self.request_duration
-                .get_or_create(&Method { method })
-                .clone()
-        };
         let took = took.as_secs_f64();
+        // An answered request's series are kept (see `ToolSeries`); the rest go through the
+        // families, out of line (the answered ones are most requests, and code they jump over
+        // still fills the instruction cache lines they run through).
+        match index {
+            Some(i) if outcome == "ok" && code.is_none() => {
+                self.requests_ok[i]
+                    .get_or_init(|| self.requests_series(method, outcome, code))
+                    .inc();
+                self.request_durations[i]
+                    .get_or_init(|| self.request_duration_series(method))
+                    .observe(took);
+            }
+            _ => self.request_other(method, index, outcome, code, took),
+        }
+    }
+
+    /// A request [`Metrics::request`] keeps no series of its own for: an error or refusal, or
+    /// a method outside the list.
+    #[cold]
+    #[inline(never)]
+    fn request_other(
+        &self,
+        method: &'static str,
+        index: Option<usize>,
+        outcome: &'static str,
+        code: Option<i64>,
+        took: f64,
+    ) {
+        self.requests_series(method, outcome, code).inc();
         match index {
             Some(i) => self.request_durations[i]
-                .get_or_init(duration)
+                .get_or_init(|| self.request_duration_series(method))
                 .observe(took),
-            None => duration().observe(took),
+            None => self.request_duration_series(method).observe(took),
         }
+    }
+
+    fn requests_series(
+        &self,
+        method: &'static str,
+        outcome: &'static str,
+        code: Option<i64>,
+    ) -> Counter {
+        self.requests
+            .get_or_create(&Request {
+                method,
+                outcome,
+                code,
+            })
+            .clone()
+    }
+
+    fn request_duration_series(&self, method: &'static str) -> Histogram {
+        self.request_duration
+            .get_or_create(&Method { method })
+            .clone()
     }
 
     /// The tool set being served: `tools` tools, loaded now.

@@ -62,17 +62,23 @@ pub(crate) async fn observe(mut request: Request, next: Next) -> Response {
             .insert(caller.with_span(observed.span().clone()));
     }
     let response = next.run(request).await;
-    let (ended, response) = ended(response).await;
+    // An answer made here (`poll`, the most frequent) says how it ended in its extensions; any
+    // other is read by `ended`, a future of its own (boxed: its code, which reads a body, stays
+    // out of this future's, which every observed request runs).
+    let (ended, response) = match response.extensions().get::<Ended>() {
+        Some(ended) => (*ended, response),
+        None => {
+            let reading: std::pin::Pin<Box<dyn Future<Output = (Ended, Response)> + Send>> =
+                Box::pin(ended(response));
+            reading.await
+        }
+    };
     observed.end(ended);
     response
 }
 
 /// How the request ended, as its answer says, and the answer (rebuilt when its body was read).
-/// An answer made here (`poll`) says so in its extensions and is not read again.
 async fn ended(response: Response) -> (Ended, Response) {
-    if let Some(ended) = response.extensions().get::<Ended>() {
-        return (*ended, response);
-    }
     let status = response.status();
     if !is_json(response.headers()) {
         // An SSE stream (its events are the handler's) or an empty 202 for a notification.
