@@ -68,7 +68,7 @@ pub(crate) async fn observe(mut request: Request, next: Next) -> Response {
     let (ended, response) = match response.extensions().get::<Ended>() {
         Some(ended) => (*ended, response),
         None => {
-            let reading: std::pin::Pin<Box<dyn Future<Output = (Ended, Response)> + Send>> =
+            let reading: futures::future::BoxFuture<'static, (Ended, Response)> =
                 Box::pin(ended(response));
             reading.await
         }
