@@ -34,7 +34,12 @@ pub(crate) const METHODS: [&str; 12] = [
 
 /// `method` as a bounded label value.
 pub fn method_label(method: &str) -> &'static str {
-    method_index(method).map_or("other", |i| METHODS[i])
+    label(method_index(method))
+}
+
+/// The label of the method at `index` among the methods flowgate serves (`other` for none).
+fn label(index: Option<usize>) -> &'static str {
+    index.map_or("other", |i| METHODS[i])
 }
 
 /// The position of `method` among the methods flowgate serves.
@@ -77,8 +82,8 @@ impl std::fmt::Debug for RequestInfo<'_> {
 #[derive(Debug)]
 pub struct Request {
     span: tracing::Span,
-    method: &'static str,
-    /// `method`'s position in [`METHODS`] (found once: the metrics keep a series per method).
+    /// The method's position in [`METHODS`] (`None`: `other`), found once: its label and the
+    /// series the metrics keep per method both come from it.
     index: Option<usize>,
     began: Option<Instant>,
 }
@@ -92,21 +97,15 @@ impl Request {
         parent: impl FnOnce() -> Option<opentelemetry::Context>,
     ) -> Request {
         let index = method_index(info.method);
-        let method = index.map_or("other", |i| METHODS[i]);
         let traced = crate::traces::layer_made();
         let parent = if traced { parent() } else { None };
         let span = if traced && crate::traces::sampled(parent.as_ref()) {
-            traced_span(&info, method, parent)
+            traced_span(&info, label(index), parent)
         } else {
             tracing::Span::none()
         };
         let began = crate::metrics::get().map(|_| Instant::now());
-        Request {
-            span,
-            method,
-            index,
-            began,
-        }
+        Request { span, index, began }
     }
 
     /// The span to run the request in.
@@ -129,7 +128,13 @@ impl Request {
                 Ended::Error(_) => "error",
                 Ended::Refused(_) => "refused",
             };
-            metrics.request(self.method, self.index, outcome, code, began.elapsed());
+            metrics.request(
+                label(self.index),
+                self.index,
+                outcome,
+                code,
+                began.elapsed(),
+            );
         }
     }
 }
