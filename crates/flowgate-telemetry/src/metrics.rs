@@ -411,14 +411,34 @@ impl Metrics {
     ) {
         let took = took.as_secs_f64();
         // An answered request's series are kept (see `ToolSeries`); the rest go through the
-        // families, whose look-ups are out of line (the answered ones are most requests, and
-        // code they jump over still fills the instruction cache lines they run through).
+        // families, out of line (the answered ones are most requests, and code they jump over
+        // still fills the instruction cache lines they run through).
         match index {
-            Some(i) if outcome == "ok" && code.is_none() => self.requests_ok[i]
-                .get_or_init(|| self.requests_series(method, outcome, code))
-                .inc(),
-            _ => self.requests_series(method, outcome, code).inc(),
-        };
+            Some(i) if outcome == "ok" && code.is_none() => {
+                self.requests_ok[i]
+                    .get_or_init(|| self.requests_series(method, outcome, code))
+                    .inc();
+                self.request_durations[i]
+                    .get_or_init(|| self.request_duration_series(method))
+                    .observe(took);
+            }
+            _ => self.request_other(method, index, outcome, code, took),
+        }
+    }
+
+    /// A request [`Metrics::request`] keeps no series of its own for: an error or refusal, or
+    /// a method outside the list.
+    #[cold]
+    #[inline(never)]
+    fn request_other(
+        &self,
+        method: &'static str,
+        index: Option<usize>,
+        outcome: &'static str,
+        code: Option<i64>,
+        took: f64,
+    ) {
+        self.requests_series(method, outcome, code).inc();
         match index {
             Some(i) => self.request_durations[i]
                 .get_or_init(|| self.request_duration_series(method))
@@ -427,9 +447,6 @@ impl Metrics {
         }
     }
 
-    /// The `flowgate_mcp_requests_total` series of these labels, from its family.
-    #[cold]
-    #[inline(never)]
     fn requests_series(
         &self,
         method: &'static str,
@@ -445,9 +462,6 @@ impl Metrics {
             .clone()
     }
 
-    /// The `flowgate_mcp_request_duration_seconds` series of `method`, from its family.
-    #[cold]
-    #[inline(never)]
     fn request_duration_series(&self, method: &'static str) -> Histogram {
         self.request_duration
             .get_or_create(&Method { method })
