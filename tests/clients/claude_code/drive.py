@@ -61,6 +61,19 @@ def check(condition: bool, what: str) -> None:
         raise Failure(what)
 
 
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or its text blocks and tool results' text."""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content or []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            parts.append(block.get("text", ""))
+        elif isinstance(block, dict) and block.get("type") == "tool_result":
+            parts.append(text_of(block.get("content")))
+    return "\n".join(parts)
+
+
 def wait_for(probe: Callable[[], T | None], what: str, timeout: float, on_timeout: Callable[[], str] = lambda: "") -> T:
     """Polls `probe` until it returns something other than None/False, or fails after `timeout` s."""
     deadline = time.monotonic() + timeout
@@ -164,7 +177,7 @@ class Context:
         """Whether a request to the model carried `needle` in its last user turn."""
         for body in self.model_requests():
             users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
-            if users and needle in json.dumps(users[-1].get("content"), ensure_ascii=False):
+            if users and needle in text_of(users[-1].get("content")):
                 return True
         return False
 
@@ -182,11 +195,16 @@ class Context:
                 "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING", "ENABLE_TOOL_SEARCH", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
         env = {k: self.env[k] for k in keep if k in self.env}
         env.setdefault("TERM", "xterm-256color")
+        lists = self.metric("flowgate_mcp_requests_total", method="tools/list")
         command = "exec env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.quote(self.claude)
         self.tmux("-f", "/dev/null", "new-session", "-d", "-s", "cc", "-x", "220", "-y", "60",
                   "-c", str(self.project), command)
         self.pane_started = True
         self.wait_pane(r"❯", "Claude Code's prompt", 60)
+        # Claude Code connects to MCP servers in the background: a prompt sent before flowgate's
+        # tools are listed goes to the model without them.
+        wait_for(lambda: self.metric("flowgate_mcp_requests_total", method="tools/list") > lists,
+                 "Claude Code to list flowgate's tools", 60, self.diagnostics)
 
     def stop_pane(self) -> None:
         if self.pane_started:
@@ -198,25 +216,61 @@ class Context:
         except subprocess.CalledProcessError as e:
             return f"(the pane is gone: {e.stderr})"
 
-    def wait_pane(self, pattern: str, what: str, timeout: float, since: int = 0) -> re.Match[str]:
-        """Waits until the pane's text after its first `since` characters matches `pattern`."""
-        return wait_for(lambda: re.search(pattern, self.pane()[since:]), f"{what} (/{pattern}/ in the pane)",
-                        timeout, self.diagnostics)
+    def wait_pane(self, pattern: str, what: str, timeout: float, before: str = "") -> re.Match[str]:
+        """Waits until `pattern` matches more often in the pane than in `before` (an earlier capture).
+
+        Counting, not an offset: Claude Code prints above its prompt and status line, which stay
+        at the bottom of the screen, and redraws dialogs and panels in place.
+        """
+        seen = len(re.findall(pattern, before))
+
+        def probe() -> re.Match[str] | None:
+            found = list(re.finditer(pattern, self.pane()))
+            return found[-1] if len(found) > seen else None
+
+        return wait_for(probe, f"{what} (/{pattern}/ in the pane)", timeout, self.diagnostics)
 
     def keys(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", "cc", *keys)
 
-    def prompt(self, text: str) -> int:
-        """Types `text` and submits it; returns the pane's length before, for waits on what follows."""
-        mark = len(self.pane().rstrip())
+    def press(self, key: str, shows: str | None = None, what: str = "", gone: str | None = None,
+              timeout: float = 15) -> None:
+        """Presses `key` until the pane shows one more match of `shows` than before (or no longer
+        contains `gone`), pressing it again after 2 s without the change. Claude Code's terminal
+        UI can drop a key that arrives right after the render it acts on, before its key handler
+        has caught up with that render; a key that took effect changes the pane within
+        milliseconds, so a second press never follows one that worked."""
+        before = self.pane()
+        seen = len(re.findall(shows, before)) if shows else 0
+
+        def done() -> bool:
+            text = self.pane()
+            if shows is not None:
+                return len(re.findall(shows, text)) > seen
+            return gone is not None and re.search(gone, text) is None
+
+        deadline = time.monotonic() + timeout
+        while True:
+            self.keys(key)
+            retry = time.monotonic() + 2
+            while time.monotonic() < retry:
+                if done():
+                    return
+                time.sleep(0.1)
+            if time.monotonic() > deadline:
+                raise Failure(f"pressed {key} for {timeout:.0f}s without {what}\n{self.diagnostics()}")
+
+    def prompt(self, text: str) -> str:
+        """Types `text` and submits it; returns the pane as it was before, for waits on what follows."""
+        before = self.pane()
         self.tmux("send-keys", "-t", "cc", "-l", text)
-        self.wait_pane(re.escape(text[-20:]), "the typed prompt", 10, mark)
+        self.wait_pane(re.escape(text[-20:]), "the typed prompt", 10, before)
         self.keys("Enter")
-        return mark
+        return before
 
     def diagnostics(self) -> str:
         pane = self.pane() if self.pane_started else "(no pane)"
-        log = self.mcp_log_text().splitlines()
+        log = [l for l in self.mcp_log_text().splitlines() if l != "No token data found"]
         return ("--- the pane (last 40 lines):\n" + "\n".join([l for l in pane.splitlines() if l.strip()][-40:])
                 + "\n--- Claude Code's MCP log (last 15 lines):\n" + "\n".join(log[-15:])
                 + "\n--- " + self.flowgate_counts())
@@ -272,20 +326,24 @@ def print_mode(ctx: Context, tool: str, arguments: dict[str, Any], expected: str
 def background_task(ctx: Context, tool: str, arguments: dict[str, Any]) -> tuple[str, str, int]:
     """Calls `tool` in the pane; waits until Claude Code has moved its task to the background.
 
-    Returns Claude Code's own task id, flowgate's execution, and the pane mark after the call.
+    Returns Claude Code's own task id, flowgate's execution, and the pane as it was before the call.
     """
     before = len(ctx.audit())
     log_before = len(ctx.mcp_log())
     mark = ctx.prompt(f"CALL mcp__{SERVER}__{tool} {json.dumps(arguments)}")
 
     def moved() -> re.Match[str] | None:
-        text = ctx.pane()[mark:]
+        text = ctx.pane()
+        if text.count("TOOL NOT OFFERED") > mark.count("TOOL NOT OFFERED"):
+            raise Failure(f"the model was not offered {tool}\n{ctx.diagnostics()}")
         refused = [e for e in ctx.mcp_log()[log_before:] if "malformed task handle" in json.dumps(e)]
         if refused:
             raise Failure(f"Claude Code refused flowgate's task for {tool}: "
                           f"{refused[0].get('debug') or refused[0].get('error')}\n{ctx.diagnostics()}")
-        return re.search(rf'MCP tool "{SERVER}/{tool}" started server-side task (\S+)\. It was moved to the '
-                         r"background as task (\w+)", text)
+        pattern = (rf'MCP tool "{SERVER}/{tool}" started server-side task (\S+)\. It was moved to the '
+                   r"background as task (\w+)")
+        found = list(re.finditer(pattern, text))
+        return found[-1] if len(found) > len(re.findall(pattern, mark)) else None
 
     found = wait_for(moved, f"Claude Code to move {tool}'s task to the background", 60, ctx.diagnostics)
     server_task, local_task = found.group(1), found.group(2)
@@ -328,12 +386,9 @@ def approval_accepted(ctx: Context) -> None:
     ctx.wait_pane(r"Deploy web to production\?", "the workflow's question in the dialog", 5, mark)
     check(ctx.audit_of(execution) == ["started"], f"the approval moved on before an answer: {ctx.audit_of(execution)}")
     check(not marker.exists(), "the deploy ran before it was approved")
-    dialog = len(ctx.pane().rstrip()) - 600
-    ctx.keys("Space")  # tick `confirm`
-    ctx.wait_pane(r"confirm: ☒", "the ticked box", 10, dialog)
-    ctx.keys("Down")
-    ctx.wait_pane(r"❯ Accept", "Accept selected", 10, dialog)
-    ctx.keys("Enter")
+    ctx.press("Space", shows=r"confirm: ☒", what="the ticked box")  # tick `confirm`
+    ctx.press("Down", shows=r"❯ Accept", what="Accept selected")
+    ctx.press("Enter", gone=r"Deploy web to production\?", what="the dialog closed")
     ctx.wait_pane(rf"\({SERVER}/approve_deploy\) completed", "the approval's task completed", 60, mark)
     check(marker.read_text() == "deployed", f"the deploy's marker says {marker.read_text()!r}")
     wait_for(lambda: ctx.model_saw("Deployed web"), "the model to receive 'Deployed web'", 30, ctx.diagnostics)
@@ -348,7 +403,7 @@ def approval_later_declined(ctx: Context) -> None:
     marker = ctx.markers / "db"
     _, execution, mark = background_task(ctx, "approve_deploy", {"service": "db", "marker": "db"})
     ctx.wait_pane(r"Deploy db to production\?", "the dialog for the second approval", 30, mark)
-    ctx.keys("Escape")
+    ctx.press("Escape", gone=r"Deploy db to production\?", what="the dialog set aside")
     ctx.wait_pane(r"1 MCP task · needs your input", "the status line saying a task needs input", 10, mark)
     gets = ctx.metric("flowgate_tasks_get_total", tool="approve_deploy")
     wait_for(lambda: ctx.metric("flowgate_tasks_get_total", tool="approve_deploy") >= gets + 3,
@@ -356,19 +411,13 @@ def approval_later_declined(ctx: Context) -> None:
     check(ctx.audit_of(execution) == ["started"], f"the waiting task was ended: {ctx.audit_of(execution)}")
     check(not marker.exists(), "the run went on without an answer")
     # Later, from the task panel: Down focuses the background tasks, Enter opens the task.
-    ctx.keys("Down")
-    ctx.wait_pane(r"enter to view tasks", "the task line focused", 10, mark)
-    ctx.keys("Enter")
-    ctx.wait_pane(r"Status:\s+input required", "the task panel saying input is required", 10, mark)
-    ctx.wait_pane(r"Enter to answer", "the panel offering to answer", 5, mark)
-    panel = len(ctx.pane().rstrip()) - 800
-    ctx.keys("Enter")
-    ctx.wait_pane(r"Deploy db to production\?[\s\S]*Accept\s+Decline", "the dialog again", 10, panel)
-    ctx.keys("Down")
-    ctx.wait_pane(r"❯ Accept", "Accept selected", 10, panel)
-    ctx.keys("Right")
-    ctx.wait_pane(r"❯ Decline", "Decline selected", 10, panel)
-    ctx.keys("Enter")
+    ctx.press("Down", shows=r"enter to view tasks", what="the task line focused")
+    ctx.press("Enter", shows=r"Status:\s+input required", what="the task panel saying input is required")
+    ctx.wait_pane(r"Enter to answer", "the panel offering to answer", 5)
+    ctx.press("Enter", shows=r"Deploy db to production\?", what="the dialog again")
+    ctx.press("Down", shows=r"❯ Accept", what="Accept selected")
+    ctx.press("Right", shows=r"❯ Decline", what="Decline selected")
+    ctx.press("Enter", gone=r"Deploy db to production\?", what="the dialog closed")
     ctx.wait_pane(rf"\({SERVER}/approve_deploy\) failed", "the declined approval's task ended", 60, mark)
     check(marker.read_text() == "declined", f"the declined deploy's marker says {marker.read_text()!r}")
     events = ctx.audit_of(execution)
@@ -386,18 +435,16 @@ def stop_from_panel(ctx: Context) -> None:
     pid = int(wait_for(lambda: marker.exists() and marker.read_text().strip(), "the run's process id", 30,
                        ctx.diagnostics))
     check(process_alive(pid), "the endless run is not running")
-    ctx.keys("Down")
-    ctx.wait_pane(r"enter to view tasks", "the task line focused", 10, mark)
-    ctx.keys("Enter")
-    ctx.wait_pane(r"x to stop", "the task panel", 10, mark)
-    ctx.keys("x")
-    ctx.wait_pane(rf'Task "{SERVER}/endless_job" was stopped by the user', "Claude Code's notice of the stop", 30, mark)
+    ctx.press("Down", shows=r"enter to view tasks", what="the task line focused")
+    ctx.press("Enter", shows=r"x to stop", what="the task panel")
+    ctx.press("x", gone=r"x to stop", what="the task stopped")
+    # The panel goes back to its list, now empty.
+    ctx.wait_pane(r"No tasks currently running", "the panel's empty list", 10, mark)
     wait_for(lambda: ctx.metric("flowgate_mcp_requests_total", method="tasks/cancel", outcome="ok") > cancels,
              "flowgate to answer tasks/cancel", 15, ctx.diagnostics)
     wait_for(lambda: not process_alive(pid), f"the run's process {pid} to end", 15, ctx.diagnostics)
     check("cancelled" in ctx.audit_of(execution), f"flowgate's audit for the stopped run: {ctx.audit_of(execution)}")
-    ctx.keys("Escape")
-    ctx.wait_pane(r"No tasks currently running|\? for shortcuts", "the panel closed", 10, mark)
+    ctx.press("Escape", gone=r"No tasks currently running", what="the panel closed")
     print(f"ok  stop from the task panel (down, Enter, x): flowgate got tasks/cancel and the run's process {pid} ended")
 
 

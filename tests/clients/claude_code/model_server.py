@@ -14,6 +14,7 @@ through the prompts it types:
 - a user turn that carries Claude Code's notice of a background task's end
   (`<task-notification>` ... `<status>S</status>` ... `<result>R</result>`) is answered
   `TASK S: R` (the result, or the summary when there is none);
+  when the request offers tools but not that one, the answer is `TOOL NOT OFFERED: <tool>`;
 - anything else (Claude Code's side requests too: titles, summaries) is answered `OK`.
 
 Every request is appended to the record file (one JSON object a line: path, the request body)
@@ -83,7 +84,10 @@ def reply_for(body: dict[str, Any]) -> list[dict[str, Any]]:
         offered = {t.get("name") for t in body.get("tools") or []}
         if name in offered:
             return [{"type": "tool_use", "id": f"toolu_scripted_{next(ids):04d}", "name": name, "input": parsed}]
-        # A side request (no such tool offered) gets plain text, never a call it cannot make.
+        if offered:
+            # The conversation's request, without the tool: say so, for the test to fail on.
+            return [{"type": "text", "text": f"TOOL NOT OFFERED: {name}"}]
+        # A side request (a title, a summary: no tools at all) gets plain text.
     return [{"type": "text", "text": "OK"}]
 
 
