@@ -178,6 +178,14 @@ impl Engine for GitHubActionsEngine {
         Capabilities::all()
     }
 
+    /// The repository, on its GitHub: a run's id (its locator, whole) is a number within it.
+    fn reference_scope(&self) -> String {
+        format!(
+            "{}/repos/{}/{}",
+            self.target.api_url, self.target.owner, self.target.repo
+        )
+    }
+
     fn retention_ms(&self) -> Option<u64> {
         Some(RETENTION_MS)
     }
@@ -462,6 +470,30 @@ impl Engine for GitHubActionsEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run is a number within its repository (owner and name, up to 39 and 100 characters,
+    /// are the tool's scope); the largest a reference can hold.
+    #[test]
+    fn the_longest_run_gets_a_task_id_a_client_takes() {
+        let config = serde_json::json!({
+            "owner": "o".repeat(39), "repo": "r".repeat(100), "workflow": "release.yml",
+            "ref": "main",
+        });
+        let target = GhTarget::from_config(
+            config.as_object().expect("object"),
+            serde_json::json!({"type": "object"})
+                .as_object()
+                .expect("object"),
+        )
+        .expect("target");
+        let engine = GitHubActionsEngine::new(target).expect("engine");
+        let execution = ExecutionRef(u64::MAX.to_string());
+        let locator = engine.locator(&execution).expect("a run");
+        assert_eq!(engine.reference_at(locator), execution);
+        let length = flowgate_core::handle::task_id_fits(locator).expect("fits");
+        assert!(length <= flowgate_core::handle::ID_MAX, "{length}");
+        assert!(engine.reference_scope().contains(&"r".repeat(100)));
+    }
 
     #[test]
     fn references_parse_strictly() {

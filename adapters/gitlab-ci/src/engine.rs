@@ -450,6 +450,11 @@ impl Engine for GitLabEngine {
         Capabilities::all()
     }
 
+    /// The project, on its GitLab: a pipeline's id (its locator, whole) is a number there.
+    fn reference_scope(&self) -> String {
+        format!("{}/projects/{}", self.target.base_url, self.target.project)
+    }
+
     fn pacing(&self) -> Option<Duration> {
         let limits = self.api.http.rate_limits();
         match (limits.blocked_for(), limits.pacing()) {
@@ -685,5 +690,32 @@ impl Engine for GitLabEngine {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod task_ids {
+    use super::*;
+    use serde_json::json;
+
+    /// A pipeline is a number within its project (the project's path, up to GitLab's 255
+    /// characters of nested groups, is the tool's scope); the largest a reference can hold.
+    #[test]
+    fn the_longest_pipeline_gets_a_task_id_a_client_takes() {
+        let project = format!("{}/p", "group/".repeat(40));
+        let config = json!({"project": project, "ref": "main"});
+        let target = GitLabTarget::from_config(
+            config.as_object().expect("object"),
+            json!({"type": "object"}).as_object().expect("object"),
+        )
+        .expect("target");
+        let engine =
+            GitLabEngine::with_token(target, &HttpConfig::default(), None).expect("engine");
+        let execution = ExecutionRef(u64::MAX.to_string());
+        let locator = engine.locator(&execution).expect("a pipeline");
+        assert_eq!(engine.reference_at(locator), execution);
+        let length = flowgate_core::handle::task_id_fits(locator).expect("fits");
+        assert!(length <= flowgate_core::handle::ID_MAX, "{length}");
+        assert!(engine.reference_scope().ends_with(&project));
     }
 }

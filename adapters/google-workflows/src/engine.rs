@@ -165,6 +165,26 @@ impl Engine for WorkflowsEngine {
         Capabilities::all()
     }
 
+    /// The workflow: its executions are `{parent}/executions/{id}`.
+    fn reference_scope(&self) -> String {
+        self.target.parent()
+    }
+
+    /// The execution's id (a UUID the service chose, which task ids pack into 16 bytes). The
+    /// API names the project by number where the manifest may name it by id; either finds the
+    /// execution, so the id alone is kept.
+    fn locator<'a>(&self, execution: &'a ExecutionRef) -> Option<&'a str> {
+        let name = execution.0.as_str();
+        if !self.target.owns(name) {
+            return None;
+        }
+        name.rsplit('/').next()
+    }
+
+    fn reference_at(&self, locator: &str) -> ExecutionRef {
+        ExecutionRef(format!("{}/executions/{locator}", self.target.parent()))
+    }
+
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
         let (client, _) = self.clients().await?;
         let key = request.idempotency_key.to_string();
@@ -388,5 +408,44 @@ impl Engine for WorkflowsEngine {
         }
         out.truncate(limit);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod task_ids {
+    use super::*;
+    use serde_json::json;
+
+    /// Workflows names an execution by a UUID it chooses, under the project (by number, in
+    /// the API's answers), location and workflow; only the UUID reaches the task id.
+    #[test]
+    fn the_longest_execution_gets_a_task_id_a_client_takes() {
+        let workflow = format!("w{}", "-x".repeat(31))
+            .chars()
+            .take(64)
+            .collect::<String>();
+        let config = json!({
+            "project": "a-project-id-of-thirty-chars-x",
+            "location": "northamerica-northeast2",
+            "workflow": workflow,
+        });
+        let target = GcwTarget::from_manifest(config.as_object().expect("object")).expect("target");
+        let engine = WorkflowsEngine::new(target);
+        let id = "1f0e3c9a-55b2-4c1e-9a7d-0123456789ab";
+        let by_number = ExecutionRef(format!(
+            "projects/999999999999/locations/northamerica-northeast2/workflows/{workflow}/executions/{id}"
+        ));
+        let locator = engine.locator(&by_number).expect("the tool's execution");
+        assert_eq!(locator, id);
+        assert_eq!(
+            engine.reference_at(locator).0,
+            format!(
+                "projects/a-project-id-of-thirty-chars-x/locations/northamerica-northeast2/workflows/{workflow}/executions/{id}"
+            )
+        );
+        let length = flowgate_core::handle::task_id_fits(locator).expect("fits");
+        assert!(length <= flowgate_core::handle::ID_MAX, "{length}");
+        let other = ExecutionRef(by_number.0.replace("northeast2", "northeast1"));
+        assert_eq!(engine.locator(&other), None);
     }
 }

@@ -370,6 +370,11 @@ impl Engine for LocalEngine {
         Capabilities::all()
     }
 
+    /// Runs live in the state folder; a run's id (its locator, whole) is a call's key.
+    fn reference_scope(&self) -> String {
+        self.config.state_dir.display().to_string()
+    }
+
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {
         // The run is named by the call's idempotency key: a retried start finds the run the
         // first attempt recorded instead of starting the command again.

@@ -25,8 +25,8 @@ use rustix::process::{Pid, PidfdFlags, pidfd_open};
 /// polled need one. Past it, runs are proven the full way.
 const MAX_HELD: usize = 256;
 
-/// Held leaders, by run folder (its path's bytes: `Path`'s own hash walks the components, which
-/// cost a poll 0.4% of its CPU).
+/// Held leaders, by run folder (its path's bytes: `Path`'s own hash walks the components, a
+/// cost on every poll; docs/benchmarks.md).
 static HELD: LazyLock<Mutex<HashMap<OsString, OwnedFd>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 

@@ -147,6 +147,13 @@ impl SfnTarget {
             + ":"
     }
 
+    /// The name of an execution of this tool's state machine, from its ARN.
+    pub(crate) fn execution_name_of<'a>(&self, execution_arn: &'a str) -> Option<&'a str> {
+        execution_arn
+            .strip_prefix(&self.execution_prefix())
+            .filter(|name| !name.is_empty() && !name.contains(':'))
+    }
+
     /// Whether an execution ARN belongs to this tool's state machine.
     pub(crate) fn owns(&self, execution_arn: &str) -> bool {
         let prefix = self.execution_prefix();

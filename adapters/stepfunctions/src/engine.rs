@@ -535,6 +535,21 @@ impl Engine for StepFunctionsEngine {
         c
     }
 
+    /// The state machine: an execution's ARN is its ARN's with the execution's name.
+    fn reference_scope(&self) -> String {
+        self.target.unqualified_arn().to_owned()
+    }
+
+    /// The execution's name (at most 80 characters; flowgate's own names are of
+    /// `[A-Za-z0-9_-]`, which task ids pack in 6 bits a character).
+    fn locator<'a>(&self, execution: &'a ExecutionRef) -> Option<&'a str> {
+        self.target.execution_name_of(&execution.0)
+    }
+
+    fn reference_at(&self, locator: &str) -> ExecutionRef {
+        ExecutionRef(self.target.execution_arn(locator))
+    }
+
     fn retention_ms(&self) -> Option<u64> {
         // Step Functions keeps a standard execution's history for 90 days after it closes.
         Some(90 * 24 * 3600 * 1000)
@@ -913,5 +928,42 @@ impl Engine for StepFunctionsEngine {
         }
         found.truncate(limit);
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod task_ids {
+    use super::*;
+    use serde_json::json;
+
+    /// The longest execution a tool can have: an 80-character state machine name in the
+    /// longest partition and region, and an 80-character execution name (Step Functions' most;
+    /// flowgate's names are of `[A-Za-z0-9_-]`, `mapping::execution_name`). Only the name
+    /// reaches the task id: the ARN is the tool's scope.
+    #[test]
+    fn the_longest_execution_gets_a_task_id_a_client_takes() {
+        let machine = "m".repeat(80);
+        let arn =
+            format!("arn:aws-iso-b:states:us-isob-east-1:123456789012:stateMachine:{machine}");
+        let config = json!({"state_machine_arn": arn});
+        let target = SfnTarget::from_config(
+            config.as_object().expect("object"),
+            json!({"type": "object"}).as_object().expect("object"),
+        )
+        .expect("target");
+        let engine = StepFunctionsEngine::with_quota_share(target, 1.0);
+        let name = mapping::execution_name(&"Z_-9 ".repeat(40)).expect("name");
+        assert_eq!(name.len(), 80);
+        let execution = ExecutionRef(format!(
+            "arn:aws-iso-b:states:us-isob-east-1:123456789012:execution:{machine}:{name}"
+        ));
+        let locator = engine.locator(&execution).expect("the tool's execution");
+        assert_eq!(locator, name);
+        assert_eq!(engine.reference_at(locator), execution);
+        let length = flowgate_core::handle::task_id_fits(locator).expect("fits");
+        assert!(length <= flowgate_core::handle::ID_MAX, "{length}");
+        // Another state machine's execution is not this tool's.
+        let other = ExecutionRef(execution.0.replace(":m", ":n"));
+        assert_eq!(engine.locator(&other), None);
     }
 }

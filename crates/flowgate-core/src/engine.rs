@@ -205,6 +205,28 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
+    /// What, beside a reference's locator, names this tool's executions: the state machine,
+    /// the repository, the workflow, the run folder. Task ids are bound to it (module
+    /// [`handle`](crate::handle)), so a tool that a reload points elsewhere is another tool to
+    /// its old ids. Empty by default.
+    fn reference_scope(&self) -> String {
+        String::new()
+    }
+
+    /// The part of `execution` a task id carries: the reference less what the tool's scope
+    /// fixes (an execution name, a run number). `None` when the reference is not one of this
+    /// tool's. Task ids hold at most [`handle::LOCATOR_MAX`](crate::handle::LOCATOR_MAX) bytes
+    /// of packed locator, so each engine keeps its longest locator within that and tests it
+    /// ([`handle::task_id_fits`](crate::handle::task_id_fits)). The whole reference by default.
+    fn locator<'a>(&self, execution: &'a ExecutionRef) -> Option<&'a str> {
+        Some(&execution.0)
+    }
+
+    /// The reference at `locator`: what [`Engine::locator`] took away, put back.
+    fn reference_at(&self, locator: &str) -> ExecutionRef {
+        ExecutionRef(locator.to_owned())
+    }
+
     /// Runs an execution to its end and returns its final record, for engines whose
     /// executions are synchronous only ([`Capabilities::synchronous_only`]).
     ///
@@ -289,6 +311,15 @@ macro_rules! forward_engine {
             }
             fn pacing(&self) -> Option<Duration> {
                 (**self).pacing()
+            }
+            fn reference_scope(&self) -> String {
+                (**self).reference_scope()
+            }
+            fn locator<'a>(&self, execution: &'a ExecutionRef) -> Option<&'a str> {
+                (**self).locator(execution)
+            }
+            fn reference_at(&self, locator: &str) -> ExecutionRef {
+                (**self).reference_at(locator)
             }
             async fn run_sync(
                 &self,

@@ -1,6 +1,5 @@
 //! `tools/call`: validate, start the execution, answer with a task or wait for the result.
 
-use flowgate_core::handle::TaskHandle;
 use flowgate_core::wire::{Outcome, WireTask};
 use flowgate_core::{EngineError, ExecutionRecord, StartRequest, Started};
 use flowgate_manifest::TaskSupport;
@@ -146,11 +145,12 @@ impl FlowgateServer {
                         execution,
                         created_at: chrono::Utc::now(),
                     };
-                    let task = self.created(caller, entry, &maybe);
-                    result.content.push(ContentBlock::text(format!(
-                        "If it did start, it is task {}: check it with tasks/get before calling again.",
-                        task.task_id
-                    )));
+                    if let Ok(task) = self.created(caller, entry, &maybe) {
+                        result.content.push(ContentBlock::text(format!(
+                            "If it did start, it is task {}: check it with tasks/get before calling again.",
+                            task.task_id
+                        )));
+                    }
                 }
                 return Ok(Called::Complete(result));
             }
@@ -163,7 +163,7 @@ impl FlowgateServer {
             &arguments_digest,
         );
         if as_task && entry.spec.task != TaskSupport::Forbidden {
-            return Ok(Called::Task(self.created(caller, entry, &started)));
+            return self.created(caller, entry, &started).map(Called::Task);
         }
         self.wait_for_result(caller, entry, &started)
             .await
@@ -171,13 +171,13 @@ impl FlowgateServer {
     }
 
     /// The task a started execution is, sealed for the caller.
-    fn created(&self, caller: &Caller, entry: &ToolEntry, started: &Started) -> TaskView {
-        let handle = TaskHandle {
-            engine: entry.engine.kind().to_owned(),
-            tool: entry.spec.name.clone(),
-            execution: started.execution.clone(),
-            created_at: started.created_at,
-        };
+    fn created(
+        &self,
+        caller: &Caller,
+        entry: &ToolEntry,
+        started: &Started,
+    ) -> Result<TaskView, ErrorData> {
+        let task_id = self.task_id(caller, entry, &started.execution, started.created_at)?;
         let at = started
             .created_at
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -191,8 +191,8 @@ impl FlowgateServer {
         if let Some(series) = &entry.series {
             series.poll_interval(std::time::Duration::from_millis(poll_interval_ms));
         }
-        TaskView {
-            task_id: self.inner.keys.seal(&handle, caller.principal_key()),
+        Ok(TaskView {
+            task_id,
             wire: WireTask {
                 status_message: Some("Started".to_owned()),
                 created_at: at.clone(),
@@ -201,7 +201,7 @@ impl FlowgateServer {
                 poll_interval_ms,
                 outcome: Outcome::Working,
             },
-        }
+        })
     }
 
     /// The synchronous answer for clients that cannot take a task: wait until the execution

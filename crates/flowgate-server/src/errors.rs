@@ -14,11 +14,13 @@ pub(crate) fn task_not_found() -> ErrorData {
 /// The answer for a task whose handle opened (it is the caller's) but whose tool this server
 /// no longer serves (a manifest without it): saying so, not "not found", since the execution
 /// itself may well exist.
-pub(crate) fn tool_gone(tool: &str) -> ErrorData {
+pub(crate) fn tool_gone(tool: Option<&str>) -> ErrorData {
+    let tool = tool.map_or_else(|| "its tool".to_owned(), |t| format!("its tool {t:?}"));
     ErrorData::invalid_params(
         format!(
-            "Failed to retrieve task: its tool {tool:?} is no longer served by this server \
-             (the execution is left as it is)"
+            "Failed to retrieve task: {tool} is no longer served by this server (a reload \
+             or redeploy removed it, or pointed it at another workflow); the execution is left \
+             as it is"
         ),
         None,
     )

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use flowgate_core::handle::Keyring;
+use flowgate_core::handle::{Keyring, ToolTag};
 use rmcp::model::{Implementation, ServerCapabilities, ServerConfig, Tool};
 
 use crate::holds::Holds;
@@ -46,9 +46,9 @@ pub(crate) struct Inner {
     /// The tools being served; a request takes the set as it is when it asks, so a reload
     /// never changes the tools under a request.
     tools: RwLock<Arc<ToolSet>>,
-    /// Tools a reload took away (or moved to another engine), by name and engine: their tasks
-    /// still answer through the engine that started them.
-    retired: RwLock<HashMap<(String, &'static str), Arc<ToolEntry>>>,
+    /// Tools a reload took away (or moved to another engine or scope), by task-id tag: their
+    /// tasks still answer through the engine that started them.
+    retired: RwLock<HashMap<ToolTag, Arc<ToolEntry>>>,
     pub(crate) keys: Keyring,
     pub(crate) options: ServerOptions,
     pub(crate) info: ServerConfig,
@@ -102,7 +102,7 @@ impl FlowgateServer {
 
     /// Serves `tools` from now on, in place of the tools being served: requests already
     /// running finish with the entries they took. Tasks of a tool that `tools` lacks, or binds
-    /// to another engine, keep answering through the engine that started them.
+    /// to another engine or scope (its task-id tag changed), keep answering through the engine that started them.
     pub fn replace_tools(&self, tools: ToolSet) {
         let new = Arc::new(tools);
         let old = std::mem::replace(
@@ -115,20 +115,30 @@ impl FlowgateServer {
             .write()
             .unwrap_or_else(|p| p.into_inner());
         for entry in old.iter() {
-            let kind = entry.engine.kind();
-            let kept = new
-                .get(&entry.spec.name)
-                .is_some_and(|e| e.engine.kind() == kind);
-            if !kept {
-                retired.insert((entry.spec.name.clone(), kind), Arc::clone(entry));
+            if new.by_tag(&entry.tag).is_none() {
+                retired.insert(entry.tag, Arc::clone(entry));
             }
         }
         // A tool served again answers through its new entry.
-        retired.retain(|(name, kind), _| new.get(name).is_none_or(|e| e.engine.kind() != *kind));
+        retired.retain(|tag, _| new.by_tag(tag).is_none());
     }
 
-    /// The entry that answers for tasks of `tool` started on `engine`: the one being served,
-    /// or one a reload retired.
+    /// The entry that answers for tasks whose ids carry `tag`: the one being served, or one a
+    /// reload retired.
+    pub(crate) fn entry_by_tag(&self, tag: &ToolTag) -> Option<Arc<ToolEntry>> {
+        if let Some(entry) = self.tools().by_tag(tag) {
+            return Some(Arc::clone(entry));
+        }
+        self.inner
+            .retired
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tag)
+            .map(Arc::clone)
+    }
+
+    /// The entry that answers for tasks of `tool` started on `engine` (ids sealed before
+    /// they were compact name their tool): the one being served, or one a reload retired.
     pub(crate) fn entry_for(&self, tool: &str, engine: &str) -> Option<Arc<ToolEntry>> {
         if let Some(entry) = self.tools().get(tool).filter(|e| e.engine.kind() == engine) {
             return Some(Arc::clone(entry));
@@ -137,9 +147,9 @@ impl FlowgateServer {
             .retired
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|((name, kind), _)| name == tool && *kind == engine)
-            .map(|(_, entry)| Arc::clone(entry))
+            .values()
+            .find(|e| e.spec.name == tool && e.engine.kind() == engine)
+            .map(Arc::clone)
     }
 
     /// The tools `caller` may see and call (its scopes allow them), in manifest order.

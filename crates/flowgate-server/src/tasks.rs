@@ -1,9 +1,9 @@
 //! `tasks/get`, `tasks/update`, `tasks/cancel` and the listing of a caller's tasks: open the
 //! handle for the caller, ask the engine. Every transport and both task dialects call these.
 
-use flowgate_core::handle::TaskHandle;
+use flowgate_core::handle::{OpenedTask, TaskHandle};
 use flowgate_core::wire::{self, Envelope, Outcome, WireTask};
-use flowgate_core::{EngineError, ExecutionRecord, ListFilter};
+use flowgate_core::{EngineError, ExecutionRecord, ExecutionRef, ListFilter};
 use rmcp::ErrorData;
 use rmcp::model::InputResponses;
 
@@ -58,7 +58,7 @@ impl FlowgateServer {
         caller: &Caller,
         task_id: &str,
     ) -> Result<(TaskHandle, Arc<ToolEntry>), ErrorData> {
-        let handle = self
+        let opened = self
             .inner
             .keys
             .open(task_id, caller.principal_key())
@@ -67,12 +67,63 @@ impl FlowgateServer {
                 audit::refused(caller, "task_not_found", None, None);
                 task_not_found()
             })?;
-        // The handle is the caller's own: saying that its tool is gone tells it nothing new.
-        let entry = self
-            .entry_for(&handle.tool, &handle.engine)
-            .ok_or_else(|| tool_gone(&handle.tool))?;
+        // The id is the caller's own: saying that its tool is gone tells it nothing new.
+        let (handle, entry) = match opened {
+            OpenedTask::Compact {
+                tool,
+                created_at,
+                locator,
+            } => {
+                let entry = self.entry_by_tag(&tool).ok_or_else(|| tool_gone(None))?;
+                let handle = TaskHandle {
+                    engine: entry.engine.kind().to_owned(),
+                    tool: entry.spec.name.clone(),
+                    execution: entry.engine.reference_at(&locator),
+                    created_at,
+                };
+                (handle, entry)
+            }
+            OpenedTask::Legacy(handle) => {
+                let entry = self
+                    .entry_for(&handle.tool, &handle.engine)
+                    .ok_or_else(|| tool_gone(Some(&handle.tool)))?;
+                (handle, entry)
+            }
+        };
         flowgate_telemetry::request::tool(caller.span(), &entry.spec.name);
         Ok((handle, entry))
+    }
+
+    /// The task id of `execution`, started by `entry`'s tool at `created_at`, for the caller.
+    ///
+    /// # Errors
+    /// An internal error when the engine's reference does not fit a task id (every engine's
+    /// longest fits by design: module `flowgate_core::handle`), or is not the tool's.
+    pub(crate) fn task_id(
+        &self,
+        caller: &Caller,
+        entry: &ToolEntry,
+        execution: &ExecutionRef,
+        created_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<String, ErrorData> {
+        let refused = |why: String| {
+            tracing::error!(tool = %entry.spec.name, %execution, why, "no task id for the execution");
+            ErrorData::internal_error(
+                format!(
+                    "the execution started, but flowgate cannot make a task id for it ({why}); \
+                     the server's log names the execution"
+                ),
+                None,
+            )
+        };
+        let locator = entry
+            .engine
+            .locator(execution)
+            .ok_or_else(|| refused("the reference is not this tool's".to_owned()))?;
+        self.inner
+            .keys
+            .seal(entry.tag, created_at, locator, caller.principal_key())
+            .map_err(|e| refused(e.to_string()))
     }
 
     /// `tasks/get`: the task as the engine has it now.
@@ -225,16 +276,15 @@ impl FlowgateServer {
                 }
             };
             for summary in listed {
-                let handle = TaskHandle {
-                    engine: entry.engine.kind().to_owned(),
-                    tool: entry.spec.name.clone(),
-                    execution: summary.execution,
-                    created_at: summary.created_at,
+                let Ok(task_id) =
+                    self.task_id(caller, entry, &summary.execution, summary.created_at)
+                else {
+                    continue;
                 };
                 found.push((
                     summary.created_at,
                     ListedTask {
-                        task_id: self.inner.keys.seal(&handle, caller.principal_key()),
+                        task_id,
                         status: wire::status(summary.state, entry.presentation.failure),
                         created_at: summary
                             .created_at

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use flowgate_core::handle::ToolTag;
 use flowgate_core::wire::Presentation;
 use flowgate_core::{Engine, Registry};
 use flowgate_manifest::{Manifest, ManifestError, Schema, TaskSupport, ToolSpec};
@@ -23,6 +24,8 @@ pub struct ToolEntry {
     pub output: Option<Schema>,
     /// The tool's metric series, when metrics are on (its engine counts its calls in them).
     pub series: Option<Arc<flowgate_telemetry::metrics::ToolSeries>>,
+    /// What its task ids name it by (module `flowgate_core::handle`).
+    pub tag: ToolTag,
 }
 
 /// Every tool the server offers, in manifest order. Entries are shared: a request holds the
@@ -31,6 +34,7 @@ pub struct ToolEntry {
 pub struct ToolSet {
     entries: Vec<Arc<ToolEntry>>,
     by_name: HashMap<String, usize>,
+    by_tag: HashMap<ToolTag, usize>,
 }
 
 impl ToolSet {
@@ -90,6 +94,17 @@ impl ToolSet {
                         tool = tool.with_raw_output_schema(Arc::new(out.clone()));
                     }
                     let presentation = spec.presentation(engine.retention_ms());
+                    let tag = ToolTag::of(engine.kind(), &spec.name, &engine.reference_scope());
+                    if let Some(&other) = set.by_tag.get(&tag) {
+                        // Two tools whose 64-bit tags are equal: never met, but their ids
+                        // would open as each other's, so the manifest is refused.
+                        errors.push(spec.location.error(format!(
+                            "tool {:?}: its task-id tag equals tool {:?}'s; rename one of them",
+                            spec.name, set.entries[other].spec.name
+                        )));
+                        continue;
+                    }
+                    set.by_tag.insert(tag, set.entries.len());
                     set.by_name.insert(spec.name.clone(), set.entries.len());
                     set.entries.push(Arc::new(ToolEntry {
                         spec: spec.clone(),
@@ -98,6 +113,7 @@ impl ToolSet {
                         presentation,
                         output,
                         series,
+                        tag,
                     }));
                 }
                 Err(e) => errors.push(spec.target.locate(e.key.as_deref()).error(e.message)),
@@ -113,6 +129,11 @@ impl ToolSet {
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.by_name.get(name).map(|&i| &self.entries[i])
+    }
+
+    /// The tool whose task ids carry `tag`.
+    pub fn by_tag(&self, tag: &ToolTag) -> Option<&Arc<ToolEntry>> {
+        self.by_tag.get(tag).map(|&i| &self.entries[i])
     }
 
     /// All tools, in manifest order.

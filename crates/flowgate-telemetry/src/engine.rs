@@ -208,6 +208,18 @@ impl<E: Engine> Engine for Instrumented<E> {
         self.inner.pacing()
     }
 
+    fn reference_scope(&self) -> String {
+        self.inner.reference_scope()
+    }
+
+    fn locator<'a>(&self, execution: &'a ExecutionRef) -> Option<&'a str> {
+        self.inner.locator(execution)
+    }
+
+    fn reference_at(&self, locator: &str) -> ExecutionRef {
+        self.inner.reference_at(locator)
+    }
+
     async fn run_sync(&self, request: StartRequest) -> Result<ExecutionRecord, EngineError> {
         self.observed("run_sync", self.inner.run_sync(request), record_state)
             .await

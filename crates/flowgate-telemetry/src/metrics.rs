@@ -519,7 +519,7 @@ fn slot(list: &[&str], value: &str) -> Option<usize> {
 /// The series one tool counts in on every poll (its engine calls, its `tasks/get`, its
 /// advertised interval), each found in its family the first time it is used and kept: counting
 /// a poll then takes an atomic add, where a family's look-up takes its lock, hashes the labels
-/// and copies the tool's shared name (about 4% of a poll's CPU with six look-ups per poll).
+/// and copies the tool's shared name, six times a poll (docs/benchmarks.md has what it cost).
 /// The kept series are the family's own (a scrape shows one series either way).
 #[derive(Debug)]
 pub struct ToolSeries {

@@ -142,8 +142,8 @@ impl Request {
 // The span's making and its last fields are kept out of `begin` and `end` (`cold`, never
 // inlined), as the engine call's span is kept out of `Instrumented`: every request observed
 // runs those two and, sampled in production, one in many is traced, while code the untraced
-// path jumps over still fills the instruction cache lines it runs through (the README's
-// Benchmark section has what this saves). With every request traced the hint is wrong, at
+// path jumps over still fills the instruction cache lines it runs through (docs/benchmarks.md
+// has what this saves). With every request traced the hint is wrong, at
 // the cost of a call.
 
 /// The span of a request the sampler keeps, child of `parent` when there is one.

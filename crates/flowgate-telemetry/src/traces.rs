@@ -19,7 +19,7 @@
 //! `parentbased_` forms of these, the default `parentbased_always_on`) decides before a
 //! request's span is made, with the SDK's own samplers: a request it leaves out gets no span,
 //! and its engine calls none, so an unsampled request costs the pipeline nothing (building a
-//! span to drop it cost a poll a fifth of its throughput). The SDK then records what was
+//! span only to drop it cost a poll much of its throughput). The SDK then records what was
 //! decided (its sampler is always on). A root's ratio decision is drawn from a fresh random
 //! trace id, as the SDK draws it. Engine calls are traced as children of a sampled request;
 //! the few made outside any request (the Step Functions engine's listing sweep) are counted
@@ -241,7 +241,8 @@ fn random_u64() -> u64 {
 ///
 /// Answered from a counter of the thread's entered request spans ([`RequestMarker`], part of
 /// the layer): an engine call of an unsampled request asks a thread-local, not the registry
-/// for the current span and its parents (0.5% of a poll's CPU when it did).
+/// for the current span and its parents (a measurable share of a poll's CPU when it did:
+/// docs/benchmarks.md).
 pub(crate) fn in_traced_request() -> bool {
     ENTERED_REQUESTS.with(|n| n.get() > 0)
 }

@@ -31,15 +31,14 @@ mod setup;
 mod telemetry;
 
 /// mimalloc instead of the C library's allocator: a request allocates and frees many small
-/// blocks, which glibc's malloc served at a fifth of a poll's CPU (scripts/bench/profile), and
-/// the memory of 1,000 connections' buffers goes back to the system once they close instead of
-/// staying in glibc's per-thread arenas. mimalloc's v2 line (the `v2` feature): it returns freed
-/// pages after 10 ms where v3 waits a second, which kept 1,000 connections' RSS 10-15 MB higher
-/// (scripts/bench/run: 61-70 MB during the rounds with v3, 54 MB with v2, as fast). Without
-/// transparent huge pages (the `no_thp` feature: mimalloc no longer asks the kernel for them on
-/// its regions with `madvise`, which on a kernel set to `madvise`, the common default, backed
-/// its eagerly committed arenas in 2 MiB pages): an idle server's RSS 30 -> 22 MB, 1,000
-/// connections' 60-64 -> 44-48 MB during and 44-48 -> 38 MB after, CPU per poll unchanged.
+/// blocks, which glibc's malloc served at a large share of a poll's CPU, and the memory of many
+/// connections' buffers goes back to the system once they close instead of staying in glibc's
+/// per-thread arenas. mimalloc's v2 line (the `v2` feature): it returns freed pages after
+/// 10 ms where v3 waits a second, which kept the RSS of many connections higher at the same
+/// speed. Without transparent huge pages (the `no_thp` feature): mimalloc would ask the kernel
+/// for them on its regions with `madvise`, and a kernel set to `madvise` (the common default)
+/// then backs its eagerly committed arenas in 2 MiB pages, raising idle and loaded RSS alike
+/// for no CPU gain. The measurements behind each choice: docs/benchmarks.md, "The allocator".
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -569,3 +569,20 @@ async fn a_folder_left_without_a_record_is_taken_over_once_abandoned() {
         "the abandoned folder was not removed: {left:?}"
     );
 }
+
+/// A run's id is the call's key (32 hex digits); the longest id the engine opens is 64
+/// characters of hex digits and `-`. The state folder, however long, is the tool's scope.
+#[test]
+fn the_longest_run_id_gets_a_task_id_a_client_takes() {
+    let state = std::path::PathBuf::from(format!("/{}", "state/".repeat(60)));
+    let e = engine(&state, "true");
+    let key = flowgate_core::IdempotencyKey::new().to_string();
+    for id in [key, "0-".repeat(32)] {
+        let execution = ExecutionRef(id.clone());
+        let locator = e.locator(&execution).expect("a run id");
+        assert_eq!(e.reference_at(locator), execution);
+        let length = flowgate_core::handle::task_id_fits(locator).expect("fits");
+        assert!(length <= flowgate_core::handle::ID_MAX, "{id}: {length}");
+    }
+    assert_eq!(e.reference_scope(), state.display().to_string());
+}

@@ -4,8 +4,8 @@
 //! Opening a handle is a function of three things only: the token's bytes, the principal that
 //! presents it and the keyring's keys. The same three always open to the same task. So once a
 //! token has opened for a principal, the same bytes presented by the same principal are
-//! answered from here, without the base64, the AEAD and the JSON of the full opening (on the
-//! local engine that was 13,800 of a poll's ~96,000 instructions).
+//! answered from here, without the base64 and the decryption of the full opening (a sizeable
+//! share of a poll's work: docs/benchmarks.md has the measurement).
 //!
 //! What opens and what is refused is exactly as before: only a token that opened is kept, so
 //! a forged, tampered or foreign one never enters and is always refused the full way; a token
@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 
-use super::TaskHandle;
+use super::OpenedTask;
 
 /// How many opened tokens are kept: more than the tasks a deployment's clients poll at once
 /// from one instance, at a few hundred bytes each.
@@ -34,7 +34,7 @@ pub(super) struct Opened {
 struct Entry {
     token: Box<str>,
     principal: Box<str>,
-    handle: TaskHandle,
+    handle: OpenedTask,
 }
 
 impl Opened {
@@ -46,7 +46,7 @@ impl Opened {
     }
 
     /// The task `token` opened to when `principal` presented it before, if it is kept.
-    pub(super) fn get(&self, token: &str, principal: &str) -> Option<TaskHandle> {
+    pub(super) fn get(&self, token: &str, principal: &str) -> Option<OpenedTask> {
         let slot = self.hasher.hash_one((token, principal));
         let entries = self.entries.lock().ok()?;
         let entry = entries.get(&slot)?;
@@ -54,7 +54,7 @@ impl Opened {
     }
 
     /// Keeps what `token` opened to for `principal`.
-    pub(super) fn keep(&self, token: &str, principal: &str, handle: &TaskHandle) {
+    pub(super) fn keep(&self, token: &str, principal: &str, task: &OpenedTask) {
         let slot = self.hasher.hash_one((token, principal));
         let Ok(mut entries) = self.entries.lock() else {
             return;
@@ -70,7 +70,7 @@ impl Opened {
             Entry {
                 token: token.into(),
                 principal: principal.into(),
-                handle: handle.clone(),
+                handle: task.clone(),
             },
         );
     }

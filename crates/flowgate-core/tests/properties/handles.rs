@@ -2,9 +2,10 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::DateTime;
-use flowgate_core::ExecutionRef;
-use flowgate_core::handle::{HandleKey, Keyring, OpenError, TaskHandle};
+use chrono::{DateTime, Utc};
+use flowgate_core::handle::{
+    HandleKey, ID_MAX, Keyring, LOCATOR_MAX, OpenError, OpenedTask, ToolTag, packed_len,
+};
 use proptest::prelude::*;
 
 use crate::cases;
@@ -16,19 +17,48 @@ fn ring() -> Keyring {
     )
 }
 
-fn handle() -> impl Strategy<Value = TaskHandle> {
-    (
-        ".{0,40}",
-        ".{0,40}",
-        ".{0,200}",
-        -8_000_000_000_000_000i64..8_000_000_000_000_000,
-    )
-        .prop_map(|(engine, tool, execution, millis)| TaskHandle {
-            engine,
-            tool,
-            execution: ExecutionRef(execution),
+/// A task as a task id holds it: a tool's tag, a creation time within the id's 48 bits of
+/// milliseconds, and a locator of every shape engines make (and raw text short enough to fit).
+#[derive(Debug, Clone, PartialEq)]
+struct Task {
+    tool: ToolTag,
+    created_at: DateTime<Utc>,
+    locator: String,
+}
+
+impl Task {
+    fn opened(&self) -> OpenedTask {
+        OpenedTask::Compact {
+            tool: self.tool,
+            created_at: self.created_at,
+            locator: self.locator.clone(),
+        }
+    }
+
+    fn seal(&self, ring: &Keyring, principal: &str) -> String {
+        ring.seal(self.tool, self.created_at, &self.locator, principal)
+            .expect("fits")
+    }
+}
+
+fn locator() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<u64>().prop_map(|n| n.to_string()),
+        "[0-9a-f]{2,60}",
+        "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        "[A-Za-z0-9_-]{1,80}",
+        ".{0,15}",
+    ]
+}
+
+fn task() -> impl Strategy<Value = Task> {
+    (".{0,40}", ".{0,40}", 0i64..(1 << 48), locator()).prop_map(|(name, scope, millis, locator)| {
+        Task {
+            tool: ToolTag::of("engine", &name, &scope),
             created_at: DateTime::from_timestamp_millis(millis).expect("in range"),
-        })
+            locator,
+        }
+    })
 }
 
 /// One edit of a valid handle: what a client that mangles, truncates or forges ids sends.
@@ -111,8 +141,8 @@ proptest! {
         prop_assert!(opened.is_err());
     }
 
-    /// Text in the handle's own shape (`fg1.<kid>.<base64url of any bytes>`), with a key this
-    /// ring holds: the seal refuses it.
+    /// Text in a handle's own shape (`fg2.<base64url of any bytes>`, whose first byte may name
+    /// a key this ring holds, and `fg1.<kid>.<base64url>`): the seal refuses it.
     #[test]
     fn forged_handles_in_the_right_shape_never_open(
         kid in prop_oneof![Just("k1".to_owned()), Just("k2".to_owned()), "[a-z0-9]{1,16}"],
@@ -120,6 +150,25 @@ proptest! {
     ) {
         let token = format!("fg1.{kid}.{}", URL_SAFE_NO_PAD.encode(&data));
         prop_assert!(ring().open(&token, "p").is_err());
+        let token = format!("fg2.{}", URL_SAFE_NO_PAD.encode(&data));
+        prop_assert!(ring().open(&token, "p").is_err());
+    }
+
+    /// Any locator either gets an id a client takes (at most 128 characters of header-safe
+    /// printable ASCII) or is refused as too long, never cut; refusal happens exactly when the
+    /// packed locator exceeds the budget.
+    #[test]
+    fn every_id_fits_or_is_refused(locator in ".{0,120}", principal in ".{0,300}") {
+        let now = DateTime::from_timestamp_millis(1_764_670_000_123).expect("time");
+        let tool = ToolTag::of("engine", "tool", "");
+        match ring().seal(tool, now, &locator, &principal) {
+            Ok(id) => {
+                prop_assert!(id.len() <= ID_MAX, "{} characters", id.len());
+                prop_assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)));
+                prop_assert!(packed_len(&locator) <= LOCATOR_MAX);
+            }
+            Err(e) => prop_assert!(e.packed > LOCATOR_MAX && packed_len(&locator) == e.packed),
+        }
     }
 
 }
@@ -130,18 +179,18 @@ proptest! {
     /// Every edit of a valid handle is refused, unless it left the handle unchanged.
     #[test]
     fn edited_handles_never_open(
-        handle in handle(),
+        task in task(),
         principal in ".{0,40}",
         edits in proptest::collection::vec(edit(), 1..4),
     ) {
         let ring = ring();
-        let token = ring.seal(&handle, &principal);
+        let token = task.seal(&ring, &principal);
         let mut edited = token.clone();
         for e in &edits {
             edited = apply(&edited, e);
         }
         match ring.open(&edited, &principal) {
-            Ok(opened) => prop_assert!(edited == token && opened == handle, "{edited:?} opened"),
+            Ok(opened) => prop_assert!(edited == token && opened == task.opened(), "{edited:?} opened"),
             Err(_) => prop_assert_ne!(edited, token),
         }
     }
@@ -150,15 +199,16 @@ proptest! {
     /// else; the id is stable and uses only header-safe characters.
     #[test]
     fn handles_open_only_for_their_principal(
-        handle in handle(),
+        task in task(),
         principal in ".{0,40}",
         other in ".{0,40}",
     ) {
         let ring = ring();
-        let token = ring.seal(&handle, &principal);
+        let token = task.seal(&ring, &principal);
+        prop_assert!(token.len() <= ID_MAX);
         prop_assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)));
-        prop_assert_eq!(&token, &ring.seal(&handle, &principal));
-        prop_assert_eq!(ring.open(&token, &principal), Ok(handle.clone()));
+        prop_assert_eq!(&token, &task.seal(&ring, &principal));
+        prop_assert_eq!(ring.open(&token, &principal), Ok(task.opened()));
         if other != principal {
             prop_assert_eq!(ring.open(&token, &other), Err(OpenError::Rejected));
         }
@@ -166,7 +216,7 @@ proptest! {
             HandleKey::new("k3", &[3; 32]).expect("key"),
             vec![HandleKey::new("k2", &[2; 32]).expect("key")],
         );
-        prop_assert_eq!(rotated.open(&token, &principal), Ok(handle));
+        prop_assert_eq!(rotated.open(&token, &principal), Ok(task.opened()));
     }
 
 }
@@ -186,6 +236,8 @@ proptest! {
         if purpose != "fg1" {
             prop_assert!(ring.open(&token, "p").is_err());
             let relabelled = token.replacen(&purpose, "fg1", 1);
+            prop_assert!(ring.open(&relabelled, "p").is_err());
+            let relabelled = token.replacen(&purpose, "fg2", 1);
             prop_assert!(ring.open(&relabelled, "p").is_err());
         }
     }
@@ -225,6 +277,8 @@ proptest! {
 #[test]
 fn a_megabyte_handle_is_refused() {
     let token = format!("fg1.k2.{}", "A".repeat(1 << 20));
+    assert!(ring().open(&token, "p").is_err());
+    let token = format!("fg2.{}", "A".repeat(1 << 20));
     assert!(ring().open(&token, "p").is_err());
     let dots = ".".repeat(1 << 20);
     assert!(ring().open(&dots, "p").is_err());

@@ -3,7 +3,7 @@
 //! refused with an error; nothing panics, and nothing allocates more than the input's size.
 //!
 //! The number of cases per property is bounded for CI; `PROPTEST_CASES=N` runs a longer
-//! campaign (see the README's "Property tests").
+//! campaign (see "Property tests" in docs/testing.md).
 
 mod handles;
 mod templates;

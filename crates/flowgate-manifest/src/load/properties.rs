@@ -2,7 +2,7 @@
 //! way hands and tools break them, and `${NAME}` references holding any value. Every input
 //! loads or is refused with errors that each name a place inside the text; nothing panics.
 //!
-//! Case counts are bounded for CI; `PROPTEST_CASES=N` runs a longer campaign (README,
+//! Case counts are bounded for CI; `PROPTEST_CASES=N` runs a longer campaign (docs/testing.md,
 //! "Property tests").
 
 use std::collections::HashMap;

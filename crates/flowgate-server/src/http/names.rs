@@ -1,6 +1,6 @@
 //! The header names the request pipeline reads, made once: a lookup by `&str` parses and
-//! hashes the name on every call (with five of them before a poll is answered, ~3,000
-//! instructions of a poll), a `HeaderName` constant only hashes it.
+//! hashes the name on every call (five of them before a poll is answered; docs/benchmarks.md
+//! has what that cost), a `HeaderName` constant only hashes it.
 
 use axum::http::HeaderName;
 

@@ -175,8 +175,8 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response {
 
 /// The bytes rmcp writes for `view` as the result of request `id` (a `JsonRpcResponse` of a
 /// `GetTaskResult`), written from the view in place: rmcp's message is built from owned
-/// copies of every field and written through two `flatten`s, which buffer each field (10,400
-/// instructions of a poll; this, 4,600). `None` for what is not plainly JSON in the view
+/// copies of every field and written through two `flatten`s, which buffer each field (what
+/// that cost and this costs: docs/benchmarks.md). `None` for what is not plainly JSON in the view
 /// (questions, which rmcp's types normalise; a result that is not an object, which rmcp
 /// replaces): those go through rmcp's types. The test holds the two to the same bytes.
 fn written(view: &TaskView, id: &RequestId) -> Option<Vec<u8>> {

@@ -3,7 +3,7 @@
 //! tower's `oneshot`, and manifests bound to engines whose targets hold templates. Every input
 //! gets an answer, never a panic or a 5xx; every refusal says what is wrong.
 //!
-//! Case counts are bounded for CI; `PROPTEST_CASES=N` runs a longer campaign (README,
+//! Case counts are bounded for CI; `PROPTEST_CASES=N` runs a longer campaign (docs/testing.md,
 //! "Property tests").
 
 mod http_entry;

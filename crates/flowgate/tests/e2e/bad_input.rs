@@ -2,8 +2,7 @@
 
 use std::process::Command;
 
-use flowgate_core::ExecutionRef;
-use flowgate_core::handle::{Keyring, TaskHandle};
+use flowgate_core::handle::{Keyring, ToolTag};
 use rmcp::model::CallToolResponse;
 use serde_json::json;
 
@@ -32,23 +31,31 @@ async fn forged_handles_are_all_the_same_task_not_found() {
     tampered[i] = if tampered[i] == b'x' { b'y' } else { b'x' };
     let tampered = String::from_utf8(tampered).expect("ascii");
     let truncated = id[..id.len() - 4].to_owned();
-    let random = format!("fg1.k1.{}", "Q".repeat(140));
+    let random = format!("fg2.{}", "Q".repeat(120));
+    let random_v1 = format!("fg1.k1.{}", "Q".repeat(140));
+    // The same tool and run, sealed by another deployment's key (same key id): the tool's tag
+    // is the one this server computes, so only the key differs.
+    let run = runs(state.path())
+        .first()
+        .and_then(|p| p.file_name()?.to_str().map(str::to_owned))
+        .expect("a run folder");
+    let tag = ToolTag::of("local", "long_job", &state.path().display().to_string());
     let other_key = Keyring::parse("k1:ZZECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8")
         .expect("key")
-        .seal(
-            &TaskHandle {
-                engine: "local".into(),
-                tool: "long_job".into(),
-                execution: ExecutionRef("0000000000-0000000000000000".into()),
-                created_at: chrono_now(),
-            },
-            "anonymous",
-        );
+        .seal(tag, chrono_now(), &run, "anonymous")
+        .expect("fits");
+    // And by this deployment's key for another principal.
+    let foreign = Keyring::parse(KEY)
+        .expect("key")
+        .seal(tag, chrono_now(), &run, "someone-else")
+        .expect("fits");
     for (what, bad) in [
         ("tampered", &tampered),
         ("truncated", &truncated),
         ("random", &random),
+        ("random fg1", &random_v1),
         ("other deployment", &other_key),
+        ("another principal's", &foreign),
     ] {
         for method in ["tasks/get", "tasks/cancel"] {
             assert_not_found(
@@ -74,19 +81,62 @@ fn chrono_now() -> chrono::DateTime<chrono::Utc> {
 #[test]
 fn a_handle_sealed_for_another_principal_does_not_open() {
     let keys = Keyring::parse(KEY).expect("key");
-    let handle = TaskHandle {
-        engine: "local".into(),
-        tool: "long_job".into(),
-        execution: ExecutionRef("0000000000-0000000000000000".into()),
-        created_at: chrono_now(),
-    };
-    let for_alice = keys.seal(&handle, "alice");
+    let tag = ToolTag::of("local", "long_job", "/state");
+    let run = "0123456789abcdef0123456789abcdef";
+    let seal = |principal: &str| keys.seal(tag, chrono_now(), run, principal).expect("fits");
+    let for_alice = seal("alice");
     assert!(keys.open(&for_alice, "alice").is_ok());
     assert!(keys.open(&for_alice, flowgate_server::ANONYMOUS).is_err());
     assert!(
-        keys.open(&keys.seal(&handle, flowgate_server::ANONYMOUS), "alice")
+        keys.open(&seal(flowgate_server::ANONYMOUS), "alice")
             .is_err()
     );
+}
+
+/// A task id sealed before ids were compact (`fg1`, the whole reference inside) still answers
+/// after the upgrade, as the same task the new id names.
+#[tokio::test]
+async fn ids_sealed_before_the_upgrade_still_answer() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(state.path(), None);
+    let client = http_client(&server.url, true).await;
+    let id = start_task(&client, "long_job", json!({"steps": 30})).await;
+    assert!(id.starts_with("fg2.") && id.len() <= 128, "{id}");
+    let run = runs(state.path())
+        .first()
+        .and_then(|p| p.file_name()?.to_str().map(str::to_owned))
+        .expect("a run folder");
+    let body =
+        json!({"e": "local", "t": "long_job", "x": run, "c": chrono_now().timestamp_millis()});
+    let old = Keyring::parse(KEY).expect("key").seal_bytes(
+        "fg1",
+        &serde_json::to_vec(&body).expect("json"),
+        flowgate_server::ANONYMOUS,
+    );
+    let (_, now) = raw(&server.url, "tasks/get", Some(&id), json!({"taskId": id})).await;
+    let (_, then) = raw(&server.url, "tasks/get", Some(&old), json!({"taskId": old})).await;
+    assert_eq!(then["result"]["taskId"], old.as_str(), "{then}");
+    assert_eq!(then["result"]["status"], "working", "{then}");
+    assert_eq!(now["result"]["status"], "working", "{now}");
+    // Both name one run: cancelling through the old id ends the task the new id names.
+    let (_, cancelled) = raw(
+        &server.url,
+        "tasks/cancel",
+        Some(&old),
+        json!({"taskId": old}),
+    )
+    .await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    let mut status = String::new();
+    for _ in 0..100 {
+        let (_, now) = raw(&server.url, "tasks/get", Some(&id), json!({"taskId": id})).await;
+        status = now["result"]["status"].as_str().unwrap_or("").to_owned();
+        if status != "working" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "cancelled");
 }
 
 #[tokio::test]

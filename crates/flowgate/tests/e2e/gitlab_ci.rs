@@ -113,7 +113,7 @@ async fn gitlab_pipelines_complete_fail_ask_and_survive_a_server_restart() {
     client.cancel().await.ok();
 }
 
-/// The README's example, as written, against the fake's copy of its pipeline
+/// The example manifest (`examples/gitlab-ci/tools.yaml`), as written, against the fake's copy of its pipeline
 /// (`tests/fakes/gitlab/projects/examples/migrations`, a project that restricts pipeline
 /// variables): only where it runs and its token change.
 fn example_manifest(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
