@@ -103,6 +103,7 @@ class Context:
             check(name in self.env, f"{name} is not set")
         self.tmux_socket = f"flowgate-cc-{os.getpid()}"
         self.pane_started = False
+        self.longest_id = 0
 
     # --- flowgate's side -------------------------------------------------------------------
 
@@ -327,6 +328,7 @@ def background_task(ctx: Context, tool: str, arguments: dict[str, Any]) -> tuple
     """Calls `tool` in the pane; waits until Claude Code has moved its task to the background.
 
     Returns Claude Code's own task id, flowgate's execution, and the pane as it was before the call.
+    Claude Code shows flowgate's task id in its tool result; it must be one Claude Code accepts.
     """
     before = len(ctx.audit())
     log_before = len(ctx.mcp_log())
@@ -348,6 +350,7 @@ def background_task(ctx: Context, tool: str, arguments: dict[str, Any]) -> tuple
     found = wait_for(moved, f"Claude Code to move {tool}'s task to the background", 60, ctx.diagnostics)
     server_task, local_task = found.group(1), found.group(2)
     check(len(server_task) <= CLAUDE_CODE_TASK_ID_LIMIT, f"flowgate's task id is {len(server_task)} characters")
+    ctx.longest_id = max(ctx.longest_id, len(server_task))
     execution = ctx.started_execution(tool, before)
     return local_task, execution, mark
 
@@ -522,6 +525,9 @@ def main() -> None:
     try:
         for _, flow in flows:
             flow()
+        if ctx.longest_id:
+            print(f"ok  flowgate's longest task id in these flows: {ctx.longest_id} characters "
+                  f"(Claude Code accepts up to {CLAUDE_CODE_TASK_ID_LIMIT})")
     except Failure as e:
         print(f"FAILED: {e}", file=sys.stderr)
         sys.exit(1)
