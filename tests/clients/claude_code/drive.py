@@ -5,20 +5,24 @@ tools.yaml, plus Step Functions tools on moto when it runs) and the scripted mod
 (model_server.py), and writes the scratch HOME this reads:
 
     python drive.py --claude BIN --work DIR --mcp-url URL --metrics-url URL --server-log FILE
-                    --model-record FILE [--moto-url URL]
+                    --model-record FILE --flowgate-bin BIN --manifest FILE [--moto-url URL] [--only NAME]
 
-Claude Code finds flowgate the way the docs say a person configures it (`claude mcp add
---transport http --scope project flowgate URL`, which writes the project's `.mcp.json`) and is
-checked with `claude mcp list`. Then:
+Claude Code finds flowgate the way docs/clients.md says a person configures it (`claude mcp add
+--transport http --scope project flowgate URL`, which writes the project's `.mcp.json`), checked
+with `claude mcp list`; the local-scope and stdio forms of `claude mcp add` are checked too, in
+another folder. Then:
 
 - print mode (`claude -p`, which calls tools without the tasks extension): the tool's
-  synchronous result is the answer, on the local engine and on Step Functions;
+  synchronous result is the answer, on the local engine and on Step Functions; a
+  `task: required` tool's -32021 reaches the model as the tool's error;
 - interactive mode, in a tmux pane: a call becomes a task (Claude Code moves it to the
   background), is polled with `tasks/get`, is not cancelled, and its result reaches the model
   (the scripted model's next request carries it, and its answer shows in the pane);
 - an approval: the workflow's question appears as Claude Code's dialog; accepting runs the
   deploy; "answer later" (Esc) leaves the task waiting for input, still polled, and the
   answer given later from the task panel (a decline) reaches the run, which does not deploy;
+  a question set aside is answered by another client (`tasks/update`), and Claude Code sees
+  the task complete;
 - stopping a background task from the task panel (`x`) and by the model's TaskStop tool:
   flowgate gets `tasks/cancel` and the execution ends (the local process is gone; the Step
   Functions execution is ABORTED).
@@ -98,12 +102,15 @@ class Context:
         self.server_log = Path(args.server_log)
         self.model_record = Path(args.model_record)
         self.moto_url = args.moto_url
+        self.flowgate_bin = args.flowgate_bin
+        self.manifest = args.manifest
         self.env = dict(os.environ)
         for name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "HOME"):
             check(name in self.env, f"{name} is not set")
         self.tmux_socket = f"flowgate-cc-{os.getpid()}"
         self.pane_started = False
         self.longest_id = 0
+        self.last_task_id = ""
 
     # --- flowgate's side -------------------------------------------------------------------
 
@@ -301,7 +308,15 @@ def configure(ctx: Context) -> None:
     got = ctx.run([ctx.claude, "mcp", "get", SERVER], other)
     check(got.returncode == 0 and "Connected" in got.stdout and ctx.mcp_url in got.stdout,
           f"claude mcp get does not show flowgate connected:\n{got.stdout}{got.stderr}")
-    print(f"ok  claude mcp add (project and local scope) and claude mcp list/get: {SERVER} connected at {ctx.mcp_url}")
+    # flowgate on stdio, started by Claude Code itself.
+    added = ctx.run([ctx.claude, "mcp", "add", "--transport", "stdio", f"{SERVER}-stdio",
+                     "-e", f"CC_MARKERS={ctx.markers}", "--", ctx.flowgate_bin, "serve", "--stdio", "--manifest", ctx.manifest], other)
+    check(added.returncode == 0, f"claude mcp add (stdio) failed: {added.stdout}{added.stderr}")
+    listed = ctx.run([ctx.claude, "mcp", "list"], other)
+    check(listed.returncode == 0 and re.search(rf"^{SERVER}-stdio: .* - . Connected", listed.stdout, re.M) is not None
+          and re.search(rf"^{SERVER}: {re.escape(ctx.mcp_url)} \(HTTP\) - . Connected", listed.stdout, re.M) is not None,
+          f"claude mcp list does not show flowgate (HTTP and stdio) connected:\n{listed.stdout}{listed.stderr}")
+    print(f"ok  claude mcp add (HTTP, project and local scope; stdio) and claude mcp list/get: all connected")
 
 
 def print_mode(ctx: Context, tool: str, arguments: dict[str, Any], expected: str) -> None:
@@ -324,10 +339,26 @@ def print_mode(ctx: Context, tool: str, arguments: dict[str, Any], expected: str
     print(f"ok  print mode, {tool}: the answer is the tool's synchronous result {expected!r} ({took:.1f}s)")
 
 
-def background_task(ctx: Context, tool: str, arguments: dict[str, Any]) -> tuple[str, str, int]:
+def print_mode_needs_tasks(ctx: Context) -> None:
+    """`claude -p` and a `task: required` tool: flowgate refuses the call (-32021) and starts nothing."""
+    before = len(ctx.audit())
+    done = ctx.run([ctx.claude, "-p", f'CALL mcp__{SERVER}__long_report {{"days": 1}}', "--output-format", "json"],
+                   ctx.project, timeout=180)
+    check(done.returncode == 0, f"claude -p failed ({done.returncode}): {done.stdout}{done.stderr}")
+    answer = json.loads(done.stdout).get("result")
+    check(answer == "TOOL RESULT: Missing required client capability",
+          f"claude -p answered {answer!r} for a task: required tool")
+    events = [e for e in ctx.audit()[before:] if e.get("tool") == "long_report"]
+    check([(e.get("event"), e.get("reason")) for e in events] == [("refused", "tasks_required")],
+          f"flowgate's audit for the refused call: {events}")
+    print("ok  print mode, long_report (task: required): -32021 reached the model as the tool's error; nothing started")
+
+
+def background_task(ctx: Context, tool: str, arguments: dict[str, Any]) -> tuple[str, str, str]:
     """Calls `tool` in the pane; waits until Claude Code has moved its task to the background.
 
-    Returns Claude Code's own task id, flowgate's execution, and the pane as it was before the call.
+    Returns Claude Code's own task id, flowgate's execution, and the pane as it was before the call
+    (flowgate's task id is kept in `ctx.last_task_id`).
     Claude Code shows flowgate's task id in its tool result; it must be one Claude Code accepts.
     """
     before = len(ctx.audit())
@@ -351,6 +382,7 @@ def background_task(ctx: Context, tool: str, arguments: dict[str, Any]) -> tuple
     server_task, local_task = found.group(1), found.group(2)
     check(len(server_task) <= CLAUDE_CODE_TASK_ID_LIMIT, f"flowgate's task id is {len(server_task)} characters")
     ctx.longest_id = max(ctx.longest_id, len(server_task))
+    ctx.last_task_id = server_task
     execution = ctx.started_execution(tool, before)
     return local_task, execution, mark
 
@@ -430,6 +462,47 @@ def approval_later_declined(ctx: Context) -> None:
           "panel, Decline reached the run, which did not deploy")
 
 
+def mcp_request(ctx: Context, method: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One 2026-07-28 request with the tasks extension, as another client (docs/protocol.md's curl)."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "another-client", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": dict(params, _meta=meta)}).encode()
+    request = urllib.request.Request(ctx.mcp_url, data=body, method="POST", headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Mcp-Name": name})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.loads(response.read())
+    check("result" in answer, f"{method} answered {answer}")
+    return answer["result"]
+
+
+def approval_answered_elsewhere(ctx: Context) -> None:
+    """A question set aside in Claude Code is answered by another client: Claude Code sees the end."""
+    marker = ctx.markers / "cache"
+    _, execution, mark = background_task(ctx, "approve_deploy", {"service": "cache", "marker": "cache"})
+    task_id = ctx.last_task_id
+    ctx.wait_pane(r"Deploy cache to production\?", "the dialog for the third approval", 30, mark)
+    ctx.press("Escape", gone=r"Deploy cache to production\?", what="the dialog set aside")
+    ctx.wait_pane(r"1 MCP task · needs your input", "the status line saying a task needs input", 10, mark)
+    task = mcp_request(ctx, "tasks/get", task_id, {"taskId": task_id})
+    check(task.get("status") == "input_required", f"the task set aside is {task.get('status')}, not input_required")
+    questions = task.get("inputRequests") or {}
+    check(len(questions) == 1, f"the task set aside asks {questions}")
+    key = next(iter(questions))
+    mcp_request(ctx, "tasks/update", task_id,
+                {"taskId": task_id, "inputResponses": {key: {"action": "accept", "content": {"confirm": True}}}})
+    ctx.wait_pane(rf"\({SERVER}/approve_deploy\) completed", "Claude Code's notice that the task completed", 60, mark)
+    check(marker.read_text() == "deployed", f"the deploy's marker says {marker.read_text()!r}")
+    wait_for(lambda: ctx.model_saw("Deployed cache"), "the model to receive 'Deployed cache'", 30, ctx.diagnostics)
+    events = ctx.audit_of(execution)
+    check(events[:3] == ["started", "answered", "finished"], f"flowgate's audit for the approval: {events}")
+    wait_for(lambda: "needs your input" not in ctx.pane(), "the status line to drop 'needs your input'", 15,
+             ctx.diagnostics)
+    print("ok  approval set aside in Claude Code (input_required) and answered by another client with "
+          "tasks/update: the run deployed, Claude Code saw the task complete and the model got 'Deployed cache'")
+
+
 def stop_from_panel(ctx: Context) -> None:
     """The person stops the background task in the task panel (`x`): tasks/cancel; the process ends."""
     marker = ctx.markers / "endless"
@@ -488,6 +561,8 @@ def main() -> None:
     parser.add_argument("--server-log", required=True)
     parser.add_argument("--model-record", required=True)
     parser.add_argument("--moto-url")
+    parser.add_argument("--flowgate-bin", required=True, help="for the stdio configuration")
+    parser.add_argument("--manifest", required=True, help="a local-engine manifest, for the stdio configuration")
     parser.add_argument("--only", help="run only the flows whose names contain this (and the configuration)")
     args = parser.parse_args()
     ctx = Context(args)
@@ -497,6 +572,7 @@ def main() -> None:
     flows: list[tuple[str, Callable[[], None]]] = [
         ("configure", lambda: configure(ctx)),
         ("print local", lambda: print_mode(ctx, "quick_report", {"days": 2}, "Quick report for 2 days is ready")),
+        ("print local task required", lambda: print_mode_needs_tasks(ctx)),
     ]
     if moto:
         flows.append(("print stepfunctions", lambda: print_mode(
@@ -512,6 +588,7 @@ def main() -> None:
     flows += [
         ("interactive approval", lambda: approval_accepted(ctx)),
         ("interactive approval later", lambda: approval_later_declined(ctx)),
+        ("interactive approval elsewhere", lambda: approval_answered_elsewhere(ctx)),
         ("interactive stop panel", lambda: stop_from_panel(ctx)),
     ]
     if moto:
