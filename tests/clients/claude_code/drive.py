@@ -14,7 +14,8 @@ another folder. Then:
 
 - print mode (`claude -p`, which calls tools without the tasks extension): the tool's
   synchronous result is the answer, on the local engine and on Step Functions; a
-  `task: required` tool's -32021 reaches the model as the tool's error;
+  `task: required` tool's -32021 reaches the model as the tool's error; a call longer than
+  MCP_TOOL_TIMEOUT is given up by Claude Code and stopped by flowgate;
 - interactive mode, in a tmux pane: a call becomes a task (Claude Code moves it to the
   background), is polled with `tasks/get`, is not cancelled, and its result reaches the model
   (the scripted model's next request carries it, and its answer shows in the pane);
@@ -189,8 +190,10 @@ class Context:
                 return True
         return False
 
-    def run(self, argv: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout)
+    def run(self, argv: list[str], cwd: Path, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, cwd=cwd, env={**self.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=timeout)
 
     # --- the tmux pane ---------------------------------------------------------------------
 
@@ -352,6 +355,26 @@ def print_mode_needs_tasks(ctx: Context) -> None:
     check([(e.get("event"), e.get("reason")) for e in events] == [("refused", "tasks_required")],
           f"flowgate's audit for the refused call: {events}")
     print("ok  print mode, long_report (task: required): -32021 reached the model as the tool's error; nothing started")
+
+
+def print_mode_timeout(ctx: Context) -> None:
+    """`claude -p` gives up on a synchronous call after MCP_TOOL_TIMEOUT (60 s by default, the
+    HTTP request's own limit); flowgate sees the caller hang up and stops the execution."""
+    before = len(ctx.audit())
+    started = time.monotonic()
+    done = ctx.run([ctx.claude, "-p", f'CALL mcp__{SERVER}__quick_report {{"days": 1, "seconds": 30}}',
+                    "--output-format", "json"], ctx.project, timeout=180, env={"MCP_TOOL_TIMEOUT": "2000"})
+    took = time.monotonic() - started
+    check(done.returncode == 0, f"claude -p failed ({done.returncode}): {done.stdout}{done.stderr}")
+    answer = json.loads(done.stdout).get("result")
+    check(answer == f'TOOL RESULT: MCP server "{SERVER}" tool "quick_report" timed out after 2s',
+          f"claude -p answered {answer!r} for a call longer than MCP_TOOL_TIMEOUT")
+    execution = ctx.started_execution("quick_report", before)
+    wait_for(lambda: [e.get("reason") for e in ctx.audit() if e.get("execution") == execution
+                      and e.get("event") == "cancelled"] == ["hung_up"],
+             "flowgate to stop the execution whose caller hung up", 15, ctx.diagnostics)
+    print(f"ok  print mode, a call longer than MCP_TOOL_TIMEOUT=2000: Claude Code gave up after {took:.1f}s "
+          "and flowgate stopped the execution (hung_up)")
 
 
 def background_task(ctx: Context, tool: str, arguments: dict[str, Any]) -> tuple[str, str, str]:
@@ -573,6 +596,7 @@ def main() -> None:
         ("configure", lambda: configure(ctx)),
         ("print local", lambda: print_mode(ctx, "quick_report", {"days": 2}, "Quick report for 2 days is ready")),
         ("print local task required", lambda: print_mode_needs_tasks(ctx)),
+        ("print local timeout", lambda: print_mode_timeout(ctx)),
     ]
     if moto:
         flows.append(("print stepfunctions", lambda: print_mode(
