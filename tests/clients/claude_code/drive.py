@@ -37,6 +37,7 @@ exits non-zero.
 from __future__ import annotations
 
 import argparse
+import base64
 import glob
 import json
 import os
@@ -80,12 +81,13 @@ def text_of(content: Any) -> str:
 
 
 def wait_for(probe: Callable[[], T | None], what: str, timeout: float, on_timeout: Callable[[], str] = lambda: "") -> T:
-    """Polls `probe` until it returns something other than None/False, or fails after `timeout` s."""
+    """Polls `probe` until it returns something true (a match, a non-empty text, True), or fails
+    after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
-        if value not in (None, False):
-            return value  # type: ignore[return-value]
+        if value:
+            return value
         if time.monotonic() > deadline:
             raise Failure(f"waited {timeout:.0f}s for {what}\n{on_timeout()}")
         time.sleep(0.2)
@@ -108,7 +110,8 @@ class Context:
         self.env = dict(os.environ)
         for name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "HOME"):
             check(name in self.env, f"{name} is not set")
-        self.tmux_socket = f"flowgate-cc-{os.getpid()}"
+        # A tmux server of its own, its socket in the work folder (removed with it).
+        self.tmux_socket = str(self.work / "tmux.sock")
         self.pane_started = False
         self.longest_id = 0
         self.last_task_id = ""
@@ -198,7 +201,7 @@ class Context:
     # --- the tmux pane ---------------------------------------------------------------------
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.tmux_socket, *args], check=True, capture_output=True,
+        return subprocess.run(["tmux", "-S", self.tmux_socket, *args], check=True, capture_output=True,
                               text=True, timeout=10).stdout
 
     def start_pane(self) -> None:
@@ -219,7 +222,7 @@ class Context:
 
     def stop_pane(self) -> None:
         if self.pane_started:
-            subprocess.run(["tmux", "-L", self.tmux_socket, "kill-server"], capture_output=True, timeout=10)
+            subprocess.run(["tmux", "-S", self.tmux_socket, "kill-server"], capture_output=True, timeout=10)
 
     def pane(self) -> str:
         try:
@@ -311,9 +314,12 @@ def configure(ctx: Context) -> None:
     got = ctx.run([ctx.claude, "mcp", "get", SERVER], other)
     check(got.returncode == 0 and "Connected" in got.stdout and ctx.mcp_url in got.stdout,
           f"claude mcp get does not show flowgate connected:\n{got.stdout}{got.stderr}")
-    # flowgate on stdio, started by Claude Code itself.
+    # flowgate on stdio, started by Claude Code itself, with its handle keys in a file.
+    keys = ctx.work / "handle-keys"
+    keys.write_text("k1:" + base64.b64encode(os.urandom(32)).decode())
+    keys.chmod(0o600)
     added = ctx.run([ctx.claude, "mcp", "add", "--transport", "stdio", f"{SERVER}-stdio",
-                     "-e", f"CC_MARKERS={ctx.markers}", "--", ctx.flowgate_bin, "serve", "--stdio", "--manifest", ctx.manifest], other)
+                     "-e", f"FLOWGATE_HANDLE_KEYS_FILE={keys}", "-e", f"CC_MARKERS={ctx.markers}", "--", ctx.flowgate_bin, "serve", "--stdio", "--manifest", ctx.manifest], other)
     check(added.returncode == 0, f"claude mcp add (stdio) failed: {added.stdout}{added.stderr}")
     listed = ctx.run([ctx.claude, "mcp", "list"], other)
     check(listed.returncode == 0 and re.search(rf"^{SERVER}-stdio: .* - . Connected", listed.stdout, re.M) is not None
@@ -532,7 +538,7 @@ def stop_from_panel(ctx: Context) -> None:
     cancels = ctx.metric("flowgate_mcp_requests_total", method="tasks/cancel")
     _, execution, mark = background_task(ctx, "endless_job", {"marker": "endless"})
     pid = int(wait_for(lambda: marker.exists() and marker.read_text().strip(), "the run's process id", 30,
-                       ctx.diagnostics))
+                       ctx.diagnostics))  # the shell creates the file before it writes the id: wait for the id
     check(process_alive(pid), "the endless run is not running")
     ctx.press("Down", shows=r"enter to view tasks", what="the task line focused")
     ctx.press("Enter", shows=r"x to stop", what="the task panel")
