@@ -409,6 +409,9 @@ def background_task(ctx: Context, tool: str, arguments: dict[str, Any]) -> tuple
 
     found = wait_for(moved, f"Claude Code to move {tool}'s task to the background", 60, ctx.diagnostics)
     server_task, local_task = found.group(1), found.group(2)
+    # Claude Code's own log says the same: a task, in the background.
+    logged = f"Tool '{tool}' returned task {server_task} (working); backgrounded as {local_task}"
+    wait_for(lambda: logged in ctx.mcp_log_text(), f"Claude Code's MCP log line {logged!r}", 10, ctx.diagnostics)
     check(len(server_task) <= CLAUDE_CODE_TASK_ID_LIMIT, f"flowgate's task id is {len(server_task)} characters")
     ctx.longest_id = max(ctx.longest_id, len(server_task))
     ctx.last_task_id = server_task
@@ -453,6 +456,8 @@ def approval_accepted(ctx: Context) -> None:
     ctx.press("Space", shows=r"confirm: ☒", what="the ticked box")  # tick `confirm`
     ctx.press("Down", shows=r"❯ Accept", what="Accept selected")
     ctx.press("Enter", gone=r"Deploy web to production\?", what="the dialog closed")
+    wait_for(lambda: "Elicitation response: action=accept mode=form" in ctx.mcp_log_text(),
+             "Claude Code's MCP log line for the accepted form", 10, ctx.diagnostics)
     ctx.wait_pane(rf"\({SERVER}/approve_deploy\) completed", "the approval's task completed", 60, mark)
     check(marker.read_text() == "deployed", f"the deploy's marker says {marker.read_text()!r}")
     wait_for(lambda: ctx.model_saw("Deployed web"), "the model to receive 'Deployed web'", 30, ctx.diagnostics)
@@ -482,6 +487,8 @@ def approval_later_declined(ctx: Context) -> None:
     ctx.press("Down", shows=r"❯ Accept", what="Accept selected")
     ctx.press("Right", shows=r"❯ Decline", what="Decline selected")
     ctx.press("Enter", gone=r"Deploy db to production\?", what="the dialog closed")
+    wait_for(lambda: "Elicitation response: action=decline" in ctx.mcp_log_text(),
+             "Claude Code's MCP log line for the declined form", 10, ctx.diagnostics)
     ctx.wait_pane(rf"\({SERVER}/approve_deploy\) failed", "the declined approval's task ended", 60, mark)
     check(marker.read_text() == "declined", f"the declined deploy's marker says {marker.read_text()!r}")
     events = ctx.audit_of(execution)
