@@ -4,19 +4,26 @@
 # FLOWGATE_ALLOW_UNAUTHENTICATED), for shipped clients to use as they would a deployment.
 #
 #   start_lambda BIN MANIFEST INVOKE_MODE TIMEOUT_SECS   sets $lambda_url (…/mcp), $lambda_api
+#                                 (MANIFEST: a file or folder, copied into the task root)
 #   lambda_timeouts                                       prints how many invocations timed out
 #   stop_lambda
 #
+# The manifest ships as a deployment ships it: copied into the function's files (the task root,
+# /var/task/tools beside bootstrap, as deploy/lambda/README.md says), never as a path into the
+# checkout: a path under /tmp names each sandbox's private /tmp there, as it does on Lambda.
 # The local engine's state is in the task root (/var/task/state), shared by every sandbox as a
 # remote engine's state would be.
 
 start_lambda() {
   local bin=$1 manifest=$2 mode=$3 timeout=$4
   lambda_root=$(mktemp -d)
+  mkdir -p "$lambda_root/tools"
+  if [ -d "$manifest" ]; then cp -R "$manifest/." "$lambda_root/tools/"; else cp "$manifest" "$lambda_root/tools/"; fi \
+    || { echo "cannot ship the manifest $manifest"; return 1; }
   python3 tests/fakes/lambda/emulator.py --task-root "$lambda_root" --bootstrap "$bin" \
     --timeout "$timeout" --invoke-mode "$mode" --auth-type NONE --max-sandboxes 6 \
     --env FLOWGATE_ALLOW_UNAUTHENTICATED=true --env FLOWGATE_LAMBDA_INVOKE_MODE="$mode" \
-    --env FLOWGATE_MANIFEST="$PWD/$manifest" --env FLOWGATE_STATE_DIR=/var/task/state \
+    --env FLOWGATE_MANIFEST=/var/task/tools --env FLOWGATE_STATE_DIR=/var/task/state \
     --env FLOWGATE_HANDLE_KEYS="l1:$(head -c32 /dev/urandom | base64 -w0)" --env FLOWGATE_LOG=warn \
     </dev/null >"$lambda_root/ready" 2>"$lambda_root/emulator.log" &
   lambda_pid=$!
