@@ -54,9 +54,9 @@ fn main() -> std::process::ExitCode {
     };
     match cli.command {
         cli::Command::Serve(args) => serve::run(args),
-        cli::Command::Check { manifest } => setup::check(&manifest),
-        cli::Command::Tools { manifest } => setup::tools(&manifest),
-        cli::Command::Policy { manifest } => policy::print(&manifest),
+        cli::Command::Check(manifest) => setup::check(&manifest.path()),
+        cli::Command::Tools(manifest) => setup::tools(&manifest.path()),
+        cli::Command::Policy(manifest) => policy::print(&manifest.path()),
         cli::Command::Env => {
             for (name, what) in env_vars::ENV_VARS {
                 out!("{name:<30} {what}");

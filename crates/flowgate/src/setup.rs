@@ -50,7 +50,7 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
 pub(crate) fn state_dir(given: Option<PathBuf>) -> Option<PathBuf> {
     given
         .or_else(|| {
-            std::env::var_os("XDG_STATE_HOME")
+            std::env::var_os(crate::env_vars::XDG_STATE_HOME)
                 .filter(|d| !d.is_empty())
                 .map(|d| PathBuf::from(d).join("flowgate"))
         })
@@ -94,6 +94,31 @@ pub(crate) fn load(path: Option<&Path>) -> Result<Manifest, Vec<ManifestError>> 
         }
         _ => flowgate_manifest::parse_str(BUNDLED_MANIFEST, &base.join("flowgate-bundled.yaml")),
     }
+}
+
+/// Refuses two manifest sources at once: with a path (`FLOWGATE_MANIFEST` or `--manifest`)
+/// the inline `FLOWGATE_MANIFEST_YAML` would be ignored without a word, and a deployment that
+/// sets both (an image's default path, an inline manifest in the service) would serve the one
+/// its author did not mean.
+pub(crate) fn one_manifest_source(path: Option<&Path>) -> Result<(), String> {
+    let inline = std::env::var(crate::env_vars::MANIFEST_YAML)
+        .is_ok_and(|text| !text.trim().is_empty());
+    let Some(path) = path.filter(|_| inline) else {
+        return Ok(());
+    };
+    let from_env = std::env::var_os(crate::env_vars::MANIFEST).is_some_and(|p| p == path);
+    let path_source = if from_env {
+        format!("{}={}", crate::env_vars::MANIFEST, path.display())
+    } else {
+        format!("--manifest {}", path.display())
+    };
+    Err(format!(
+        "{path_source} and {inline} are both set: flowgate serves one manifest and would \
+         ignore the inline one; unset {inline} to serve the path, or {} (and --manifest) to \
+         serve the inline manifest",
+        crate::env_vars::MANIFEST,
+        inline = crate::env_vars::MANIFEST_YAML,
+    ))
 }
 
 /// Loads and binds a manifest, printing every error.
