@@ -78,6 +78,18 @@ enum RawFailure {
 /// # Errors
 /// Every problem found, each with its file, line and column.
 pub fn load_path(path: &Path) -> Result<Manifest, Vec<ManifestError>> {
+    let (manifest, errors) = load_path_all(path);
+    if errors.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(errors)
+    }
+}
+
+/// [`load_path`] for checking: the tools that loaded, and every problem found. A checker binds
+/// the tools that loaded to their engines too, so one run reports the engines' complaints
+/// beside the manifest's own.
+pub fn load_path_all(path: &Path) -> (Manifest, Vec<ManifestError>) {
     let at_top = |message: String| {
         vec![ManifestError {
             file: path.to_owned(),
@@ -87,15 +99,20 @@ pub fn load_path(path: &Path) -> Result<Manifest, Vec<ManifestError>> {
         }]
     };
     let files: Vec<PathBuf> = if path.is_dir() {
-        let entries =
-            std::fs::read_dir(path).map_err(|e| at_top(format!("cannot read folder: {e}")))?;
+        let entries = match std::fs::read_dir(path) {
+            Ok(entries) => entries,
+            Err(e) => return (Manifest::default(), at_top(format!("cannot read folder: {e}"))),
+        };
         let mut files: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
             .collect();
         files.sort();
         if files.is_empty() {
-            return Err(at_top("folder holds no .yaml or .yml manifest".into()));
+            return (
+                Manifest::default(),
+                at_top("folder holds no .yaml or .yml manifest".into()),
+            );
         }
         files
     } else {
@@ -131,17 +148,18 @@ pub fn load_path(path: &Path) -> Result<Manifest, Vec<ManifestError>> {
             });
             continue;
         }
-        match parse_str(&text, &file) {
-            Ok(m) => manifest.tools.extend(m.tools),
-            Err(e) => errors.extend(e),
+        let (m, e) = parse_with_env_all(&text, &file, |name| std::env::var(name).ok());
+        manifest.tools.extend(m.tools);
+        errors.extend(e);
+    }
+    let mut duplicates = Vec::new();
+    check_unique(&manifest, &mut duplicates);
+    for e in duplicates {
+        if !errors.contains(&e) {
+            errors.push(e);
         }
     }
-    check_unique(&manifest, &mut errors);
-    if errors.is_empty() {
-        Ok(manifest)
-    } else {
-        Err(errors)
-    }
+    (manifest, errors)
 }
 
 /// Whether `text` reads as a mapping with a `tools` key (or does not read as YAML at all,
@@ -164,13 +182,35 @@ pub fn parse_str(text: &str, file: &Path) -> Result<Manifest, Vec<ManifestError>
     parse_with_env(text, file, |name| std::env::var(name).ok())
 }
 
+/// [`parse_str`] for checking, as [`load_path_all`]: the tools that loaded, and every problem.
+pub fn parse_str_all(text: &str, file: &Path) -> (Manifest, Vec<ManifestError>) {
+    parse_with_env_all(text, file, |name| std::env::var(name).ok())
+}
+
 /// [`parse_str`] with `${NAME}` looked up in `env` rather than the process environment.
 fn parse_with_env(
     text: &str,
     file: &Path,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Manifest, Vec<ManifestError>> {
-    let prepared = env_refs::prepare(text, env, file)?;
+    let (manifest, errors) = parse_with_env_all(text, file, env);
+    if errors.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(errors)
+    }
+}
+
+/// [`parse_with_env`]'s tools that loaded, and every problem found.
+fn parse_with_env_all(
+    text: &str,
+    file: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> (Manifest, Vec<ManifestError>) {
+    let prepared = match env_refs::prepare(text, env, file) {
+        Ok(prepared) => prepared,
+        Err(errors) => return (Manifest::default(), errors),
+    };
     let mut options = serde_saphyr::Options::default().with_properties(prepared.vars);
     options.property_syntax = serde_saphyr::PropertySyntax::DockerCompose;
     let text = prepared.text.as_str();
@@ -197,11 +237,7 @@ fn parse_with_env(
     }
     check_unique(&manifest, &mut errors);
     errors.sort_by_key(|e| (e.line, e.column));
-    if errors.is_empty() {
-        Ok(manifest)
-    } else {
-        Err(errors)
-    }
+    (manifest, errors)
 }
 
 /// The strict read of one document, and the places of its targets' keys.
@@ -345,7 +381,18 @@ fn tools_one_by_one(text: &str) -> Option<Vec<String>> {
 /// own `file:line:column:` prefix, so keep the sentence and drop the drawing.
 fn first_line(message: &str) -> String {
     let line = message.lines().next().unwrap_or(message).trim();
-    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+    let line = line.strip_prefix("error: ").unwrap_or(line);
+    // The place is in flowgate's own prefix already.
+    match line.rfind(" at line ") {
+        Some(at)
+            if line[at + 9..]
+                .split(", column ")
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            line[..at].to_owned()
+        }
+        _ => line.to_owned(),
+    }
 }
 
 fn loc(file: &Path, l: &serde_saphyr::Location) -> Location {
