@@ -101,7 +101,12 @@ pub fn load_path_all(path: &Path) -> (Manifest, Vec<ManifestError>) {
     let files: Vec<PathBuf> = if path.is_dir() {
         let entries = match std::fs::read_dir(path) {
             Ok(entries) => entries,
-            Err(e) => return (Manifest::default(), at_top(format!("cannot read folder: {e}"))),
+            Err(e) => {
+                return (
+                    Manifest::default(),
+                    at_top(format!("cannot read folder: {e}")),
+                );
+            }
         };
         let mut files: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))

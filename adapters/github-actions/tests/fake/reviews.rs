@@ -217,7 +217,8 @@ async fn a_self_review_github_refuses_is_named_as_such() {
     assert!(
         q.message.contains("flowgate cannot answer this one")
             && q.message.contains("Prevent self-review")
-            && q.message.contains("@flowgate-tests, flowgate's token, started the run")
+            && q.message
+                .contains("@flowgate-tests, flowgate's token, started the run")
             && q.message.contains("other than @flowgate-tests, @alice")
             && !q.message.contains("is not one of them"),
         "{q:?}"

@@ -219,11 +219,7 @@ fn an_inline_manifest_beside_a_path_is_refused_naming_both() {
 
 /// Names the variables flowgate sets for the commands and pipelines it runs (it never reads
 /// them), which `flowgate env` rightly leaves out.
-const SET_NOT_READ: &[&str] = &[
-    "FLOWGATE_TOOL",
-    "FLOWGATE_ARGS",
-    "FLOWGATE_BIN",
-];
+const SET_NOT_READ: &[&str] = &["FLOWGATE_TOOL", "FLOWGATE_ARGS", "FLOWGATE_BIN"];
 
 /// Every `"FLOWGATE_..."` string literal in the code that ships (test modules and test-only
 /// files left out): the names of variables the binary reads, or sets for what it runs.
