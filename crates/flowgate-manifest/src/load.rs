@@ -90,38 +90,9 @@ pub fn load_path(path: &Path) -> Result<Manifest, Vec<ManifestError>> {
 /// the tools that loaded to their engines too, so one run reports the engines' complaints
 /// beside the manifest's own.
 pub fn load_path_all(path: &Path) -> (Manifest, Vec<ManifestError>) {
-    let at_top = |message: String| {
-        vec![ManifestError {
-            file: path.to_owned(),
-            line: 1,
-            column: 1,
-            message,
-        }]
-    };
-    let files: Vec<PathBuf> = if path.is_dir() {
-        let entries = match std::fs::read_dir(path) {
-            Ok(entries) => entries,
-            Err(e) => {
-                return (
-                    Manifest::default(),
-                    at_top(format!("cannot read folder: {e}")),
-                );
-            }
-        };
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-            .collect();
-        files.sort();
-        if files.is_empty() {
-            return (
-                Manifest::default(),
-                at_top("folder holds no .yaml or .yml manifest".into()),
-            );
-        }
-        files
-    } else {
-        vec![path.to_owned()]
+    let files = match manifest_files(path) {
+        Ok(files) => files,
+        Err(errors) => return (Manifest::default(), errors),
     };
     let mut manifest = Manifest::default();
     let mut errors = Vec::new();
@@ -165,6 +136,82 @@ pub fn load_path_all(path: &Path) -> (Manifest, Vec<ManifestError>) {
         }
     }
     (manifest, errors)
+}
+
+/// The environment variables a manifest (a file or folder, read as [`load_path`] reads it)
+/// references as `${NAME}`, each with the first file that does: what a deployment must set
+/// (a template's parameters, a service's environment). The variables flowgate sets for its
+/// commands are left out.
+///
+/// # Errors
+/// A file or folder that cannot be read, a refused reference (`${FLOWGATE_HANDLE_KEYS}`).
+pub fn variables(
+    path: &Path,
+) -> Result<std::collections::BTreeMap<String, PathBuf>, Vec<ManifestError>> {
+    let files = manifest_files(path)?;
+    let mut names = std::collections::BTreeMap::new();
+    let mut errors = Vec::new();
+    for file in files {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(ManifestError {
+                    file,
+                    line: 1,
+                    column: 1,
+                    message: format!("cannot read: {e}"),
+                });
+                continue;
+            }
+        };
+        let seen = std::cell::RefCell::new(Vec::new());
+        let found = env_refs::prepare(
+            &text,
+            |name| {
+                seen.borrow_mut().push(name.to_owned());
+                Some(String::new())
+            },
+            &file,
+        );
+        if let Err(e) = found {
+            errors.extend(e);
+        }
+        for name in seen.into_inner() {
+            names.entry(name).or_insert_with(|| file.clone());
+        }
+    }
+    if errors.is_empty() {
+        Ok(names)
+    } else {
+        Err(errors)
+    }
+}
+
+/// The files a manifest path stands for: the file itself, or every `*.yaml` / `*.yml` file
+/// directly in the folder, sorted by name.
+fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, Vec<ManifestError>> {
+    let at_top = |message: String| {
+        vec![ManifestError {
+            file: path.to_owned(),
+            line: 1,
+            column: 1,
+            message,
+        }]
+    };
+    if !path.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let entries =
+        std::fs::read_dir(path).map_err(|e| at_top(format!("cannot read folder: {e}")))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(at_top("folder holds no .yaml or .yml manifest".into()));
+    }
+    Ok(files)
 }
 
 /// Whether `text` reads as a mapping with a `tools` key (or does not read as YAML at all,

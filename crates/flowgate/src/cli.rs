@@ -26,8 +26,13 @@ pub(crate) enum Command {
     /// Print the least-privilege cloud permissions a manifest's tools need (AWS IAM policy,
     /// Google Cloud IAM roles).
     Policy(ManifestArg),
-    /// List the environment variables flowgate reads.
-    Env,
+    /// List the environment variables flowgate reads; with --manifest, the ones a manifest
+    /// references (`${NAME}`), which a deployment must set.
+    Env {
+        /// The manifest file or folder whose variables to list.
+        #[arg(long, short)]
+        manifest: Option<PathBuf>,
+    },
     /// List the tools a manifest declares.
     Tools(ManifestArg),
     /// Inside a local-engine command: ask the client a question and print the answer (JSON).

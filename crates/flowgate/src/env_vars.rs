@@ -102,6 +102,14 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         "this server's share (0-1] of the account's Step Functions API quotas, when several poll one account",
     ),
     (
+        "GITHUB_TOKEN",
+        "the token of github-actions targets (unless a target names another variable: token_env)",
+    ),
+    (
+        "GITLAB_TOKEN",
+        "the token of gitlab-ci targets (unless a target names another variable: token_env)",
+    ),
+    (
         XDG_STATE_HOME,
         "the local engine's state is in $XDG_STATE_HOME/flowgate when FLOWGATE_STATE_DIR is not set (else ~/.local/state/flowgate)",
     ),

@@ -388,3 +388,32 @@ fn a_pipeline_beside_the_manifest_is_named_and_a_subfolder_is_not_read() {
     let m = load_path(dir.path()).expect("the pipeline in a subfolder is not read");
     assert_eq!(m.tools.len(), 1);
 }
+
+/// The variables a manifest references, for a deployment to set: `${NAME}` in any value, not
+/// the escape, not the variables flowgate sets for its commands.
+#[test]
+fn a_manifests_variables_are_listed_with_their_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "tools:\n  - name: a\n    description: \"${DESC_X} $${LITERAL}\"\n    target: {engine: local, command: [sh, -c, 'echo ${FLOWGATE_ARG_DAY}'], env: '${B_VAR}'}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        "tools:\n  - name: b\n    target: {engine: stepfunctions, state_machine_arn: '${B_VAR}'}\n",
+    )
+    .expect("write");
+    let names = variables(dir.path()).expect("variables");
+    assert_eq!(
+        names.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["B_VAR", "DESC_X"]
+    );
+    assert!(names["B_VAR"].ends_with("a.yaml"));
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        "tools:\n  - name: c\n    description: ${FLOWGATE_HANDLE_KEYS}\n    target: {engine: local}\n",
+    )
+    .expect("write");
+    assert!(variables(dir.path()).is_err(), "a refused reference");
+}
