@@ -149,9 +149,10 @@ impl ToolSet {
 const MORE_TARGET_ERRORS: usize = 20;
 
 /// A target's problems after `first`: the engine is asked again with each offending key
-/// removed, until it accepts what is left or names no key. A later complaint about a removed
-/// key (now missing) or about the block as a whole follows from the removals and is not
-/// reported.
+/// removed, until it accepts what is left or names no key. A complaint that follows from a
+/// removal (about the removed key itself, now missing, or a missing field of the mapping a
+/// misspelt key was removed from) is not reported, but its key is removed too so that the
+/// keys after it are still checked; a complaint about the block as a whole ends the search.
 fn further_target_errors(
     registry: &Registry,
     spec: &ToolSpec,
@@ -162,9 +163,10 @@ fn further_target_errors(
     let mut removed: Vec<String> = Vec::new();
     let mut found = Vec::new();
     let mut next = first.clone();
-    while found.len() < MORE_TARGET_ERRORS {
+    // Each round removes one key, so the rounds are bounded by the target's keys too.
+    for _ in 0..2 * MORE_TARGET_ERRORS {
         let Some(key) = next.key.clone() else { break };
-        if !remove_key(&mut config, &key) {
+        if found.len() >= MORE_TARGET_ERRORS || !remove_key(&mut config, &key) {
             break;
         }
         removed.push(key);
@@ -176,18 +178,23 @@ fn further_target_errors(
         let Err(e) = registry.build(&spec.target.engine, target) else {
             break;
         };
-        let follows_from_removal = e.key.is_none()
-            || removed.iter().any(|r| {
-                e.key.as_deref() == Some(r.as_str())
-                    || e.message.contains(&format!("`{}`", leaf(r)))
-            });
-        if follows_from_removal {
-            break;
+        let Some(at) = e.key.as_deref() else { break };
+        let follows_from_removal = removed.iter().any(|r| {
+            at == r.as_str()
+                || e.message.contains(&format!("`{}`", leaf(r)))
+                || (e.message.contains("missing field") && Some(at) == parent(r))
+        });
+        if !follows_from_removal {
+            found.push(e.clone());
         }
-        found.push(e.clone());
         next = e;
     }
     found
+}
+
+/// The path of the mapping a dotted key path is in (`None` at the target's top level).
+fn parent(path: &str) -> Option<&str> {
+    path.rsplit_once('.').map(|(parent, _)| parent)
 }
 
 /// The last segment of a dotted key path.

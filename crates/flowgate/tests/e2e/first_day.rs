@@ -170,6 +170,42 @@ tools:
     );
     assert_eq!(lines[3], "3 error(s) in the manifest");
 
+    // A misspelt key inside a target leaves the field it meant missing: that follows from the
+    // typo and is not reported, and the keys after it are still checked.
+    let (ok, stderr) = check(
+        dir.path(),
+        "\
+tools:
+  - name: load
+    input_schema: {type: object, properties: {day: {type: string}}}
+    target:
+      engine: gitlab-ci
+      project: acme/etl
+      ref: main
+      inputs:
+        day: \"{{day}}\"
+        region: \"{region}\"
+      questions:
+        apply: {mesage: Apply?}
+",
+    );
+    assert!(!ok);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 4, "three errors and the count: {stderr}");
+    assert!(
+        lines[0].contains("tools.yaml:9:9:") && lines[0].contains("write `{day}`"),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].contains("tools.yaml:10:9:") && lines[1].contains("`{region}`"),
+        "{stderr}"
+    );
+    assert!(
+        lines[2].contains("tools.yaml:12:17:") && lines[2].contains("`mesage`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("missing field"), "{stderr}");
+
     // Fixed one by one, the count goes down to none: nothing was a consequence of another.
     let (ok, stderr) = check(
         dir.path(),
