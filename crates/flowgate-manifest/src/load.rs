@@ -12,6 +12,8 @@ use crate::{Location, Manifest, ManifestError, Target, TaskSupport, ToolSpec, Tt
 
 const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
 const MIN_POLL_INTERVAL_MS: u64 = 100;
+/// The most tools of one file read again one by one after the reader's first error.
+const MAX_TOOLS_READ_ONE_BY_ONE: usize = 200;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -388,7 +390,9 @@ fn tools_one_by_one(text: &str) -> Option<Vec<String>> {
         }
         starts.push(line);
     }
-    if starts.len() < 2 {
+    // Each tool's document is as long as the file: past this many tools the second read
+    // would cost too much for an error path, and the reader's first error stands alone.
+    if starts.len() < 2 || starts.len() > MAX_TOOLS_READ_ONE_BY_ONE {
         return None;
     }
     let last = *starts.last()?;
