@@ -284,7 +284,6 @@ fn parse_with_env_all(
                 }
                 errors.push(first);
                 dedup(&mut errors);
-                errors.sort_by_key(|e| (e.line, e.column));
             }
             None => errors.push(first),
         },
