@@ -1,22 +1,37 @@
 # Sourced by scripts/clients: runs flowgate as an AWS Lambda function under the Lambda emulator
 # (tests/fakes/lambda/emulator.py: invocation deadlines that kill the sandbox, buffered or
 # streamed Function URL responses), its Function URL open (AuthType NONE, flowgate started with
-# FLOWGATE_ALLOW_UNAUTHENTICATED), for shipped clients to use as they would a deployment.
+# FLOWGATE_ALLOW_UNAUTHENTICATED) or, given an IAM user, AuthType AWS_IAM (every request
+# SigV4-signed by that user's key, flowgate in FLOWGATE_AUTH_MODE=aws-iam as the SAM template
+# sets it), for shipped clients to use as they would a deployment.
 #
-#   start_lambda BIN MANIFEST INVOKE_MODE TIMEOUT_SECS   sets $lambda_url (…/mcp), $lambda_api
+#   start_lambda BIN MANIFEST INVOKE_MODE TIMEOUT_SECS [AKID:SECRET:ARN]
+#                                 sets $lambda_url (…/mcp), $lambda_api
+#                                 (MANIFEST: a file or folder, copied into the task root;
+#                                 AWS_IAM needs botocore in $LAMBDA_PYTHON, default python3)
 #   lambda_timeouts                                       prints how many invocations timed out
 #   stop_lambda
 #
+# The manifest ships as a deployment ships it: copied into the function's files (the task root,
+# /var/task/tools beside bootstrap, as deploy/lambda/README.md says), never as a path into the
+# checkout: a path under /tmp names each sandbox's private /tmp there, as it does on Lambda.
 # The local engine's state is in the task root (/var/task/state), shared by every sandbox as a
 # remote engine's state would be.
 
 start_lambda() {
-  local bin=$1 manifest=$2 mode=$3 timeout=$4
+  local bin=$1 manifest=$2 mode=$3 timeout=$4 iam_user=${5:-}
+  local auth=(--auth-type NONE --env FLOWGATE_ALLOW_UNAUTHENTICATED=true)
+  if [ -n "$iam_user" ]; then
+    auth=(--auth-type AWS_IAM --iam-user "$iam_user" --env FLOWGATE_AUTH_MODE=aws-iam)
+  fi
   lambda_root=$(mktemp -d)
-  python3 tests/fakes/lambda/emulator.py --task-root "$lambda_root" --bootstrap "$bin" \
-    --timeout "$timeout" --invoke-mode "$mode" --auth-type NONE --max-sandboxes 6 \
-    --env FLOWGATE_ALLOW_UNAUTHENTICATED=true --env FLOWGATE_LAMBDA_INVOKE_MODE="$mode" \
-    --env FLOWGATE_MANIFEST="$PWD/$manifest" --env FLOWGATE_STATE_DIR=/var/task/state \
+  mkdir -p "$lambda_root/tools"
+  if [ -d "$manifest" ]; then cp -R "$manifest/." "$lambda_root/tools/"; else cp "$manifest" "$lambda_root/tools/"; fi \
+    || { echo "cannot ship the manifest $manifest"; return 1; }
+  "${LAMBDA_PYTHON:-python3}" tests/fakes/lambda/emulator.py --task-root "$lambda_root" --bootstrap "$bin" \
+    --timeout "$timeout" --invoke-mode "$mode" --max-sandboxes 6 "${auth[@]}" \
+    --env FLOWGATE_LAMBDA_INVOKE_MODE="$mode" \
+    --env FLOWGATE_MANIFEST=/var/task/tools --env FLOWGATE_STATE_DIR=/var/task/state \
     --env FLOWGATE_HANDLE_KEYS="l1:$(head -c32 /dev/urandom | base64 -w0)" --env FLOWGATE_LOG=warn \
     </dev/null >"$lambda_root/ready" 2>"$lambda_root/emulator.log" &
   lambda_pid=$!

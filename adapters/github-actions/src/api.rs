@@ -35,6 +35,9 @@ pub(crate) struct Run {
     pub updated_at: DateTime<Utc>,
     #[serde(default)]
     pub html_url: Option<String>,
+    /// Who started this attempt of the run: flowgate's token user for a run it dispatched.
+    #[serde(default)]
+    pub triggering_actor: Option<User>,
 }
 
 #[derive(Debug, Deserialize)]

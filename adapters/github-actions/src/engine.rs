@@ -276,7 +276,7 @@ impl Engine for GitHubActionsEngine {
         self.api.http.rate_limits().note_poll(&execution.0);
         let run = self.api.run(id).await?;
         let held = if run.status.as_deref() == Some("waiting") {
-            gates::gates(&self.api, id).await.map_err(part_of_run)?
+            gates::gates(&self.api, &run).await.map_err(part_of_run)?
         } else {
             Vec::new()
         };
@@ -351,7 +351,7 @@ impl Engine for GitHubActionsEngine {
         if run.status.as_deref() == Some("completed") {
             return Err(not_found(format!("question {key} (the run has ended)")));
         }
-        let held = gates::gates(&self.api, id).await.map_err(part_of_run)?;
+        let held = gates::gates(&self.api, &run).await.map_err(part_of_run)?;
         let approvals = self.api.approvals(id).await.map_err(part_of_run)?;
         let Some(gate) = held
             .iter()

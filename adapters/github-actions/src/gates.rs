@@ -36,6 +36,10 @@ pub(crate) struct Gate {
     pub needs_decision: bool,
     pub wait_timer_minutes: u64,
     pub waiting_since: Option<DateTime<Utc>>,
+    /// The login of the user who started the run when that user is also a required reviewer
+    /// named here: with the environment's "Prevent self-review" on, GitHub refuses that user's
+    /// approval, which is what flowgate's token meets when it dispatches and approves.
+    pub started_by_reviewer: Option<String>,
 }
 
 /// A question's key: the environment and how many reviews it had before (unique for the
@@ -58,9 +62,10 @@ pub(crate) fn reviews_of(approvals: &[Approval], environment: u64) -> usize {
         .count()
 }
 
-/// The environments holding run `id`, each with who can decide it.
-pub(crate) async fn gates(api: &Api, id: u64) -> Result<Vec<Gate>, EngineError> {
-    let pending = api.pending_deployments(id).await?;
+/// The environments holding `run`, each with who can decide it.
+pub(crate) async fn gates(api: &Api, run: &Run) -> Result<Vec<Gate>, EngineError> {
+    let pending = api.pending_deployments(run.id).await?;
+    let started_by = run.triggering_actor.as_ref().map(|u| u.login.as_str());
     let mut out = Vec::with_capacity(pending.len());
     let app_id = if pending.is_empty() {
         None
@@ -68,12 +73,17 @@ pub(crate) async fn gates(api: &Api, id: u64) -> Result<Vec<Gate>, EngineError> 
         api.app_id().await?
     };
     for p in &pending {
-        out.push(gate(api, p, app_id).await?);
+        out.push(gate(api, p, app_id, started_by).await?);
     }
     Ok(out)
 }
 
-async fn gate(api: &Api, p: &PendingDeployment, app_id: Option<u64>) -> Result<Gate, EngineError> {
+async fn gate(
+    api: &Api,
+    p: &PendingDeployment,
+    app_id: Option<u64>,
+    started_by: Option<&str>,
+) -> Result<Gate, EngineError> {
     let name = p
         .environment
         .name
@@ -95,13 +105,46 @@ async fn gate(api: &Api, p: &PendingDeployment, app_id: Option<u64>) -> Result<G
         })
         .collect();
     let ours = app_id.is_some_and(|id| rules.iter().any(|r| r.app.id == id));
+    let started_by_reviewer = started_by
+        .filter(|who| {
+            app_id.is_none()
+                && p.reviewers
+                    .iter()
+                    .any(|r| r.reviewer.login.as_deref() == Some(*who))
+        })
+        .map(str::to_owned);
     let decider = if ours {
         Decider::App
     } else if app_id.is_none() && p.current_user_can_approve {
         Decider::Reviewer
     } else {
         let mut who = Vec::new();
-        if !reviewers.is_empty() {
+        if let Some(me) = &started_by_reviewer {
+            // flowgate's token user is a reviewer, yet GitHub says it cannot approve: only
+            // "Prevent self-review" explains that, since that user started the run.
+            let others: Vec<&String> = reviewers
+                .iter()
+                .filter(|r| **r != format!("@{me}"))
+                .collect();
+            let others = if others.is_empty() {
+                "another required reviewer".to_owned()
+            } else {
+                format!(
+                    "a required reviewer other than @{me}, {}",
+                    others
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                )
+            };
+            who.push(format!(
+                "{others} (the environment has \"Prevent self-review\" on, and @{me}, \
+                 flowgate's token, started the run: GitHub lets nobody approve a run they \
+                 started; turn the setting off, or give the environment a custom deployment \
+                 protection rule of a GitHub App flowgate runs as)"
+            ));
+        } else if !reviewers.is_empty() {
             let because = if app_id.is_some() {
                 " (GitHub takes no App as a required reviewer)"
             } else {
@@ -124,6 +167,7 @@ async fn gate(api: &Api, p: &PendingDeployment, app_id: Option<u64>) -> Result<G
         needs_decision: !reviewers.is_empty() || !rules.is_empty(),
         wait_timer_minutes: p.wait_timer,
         waiting_since: p.wait_timer_started_at,
+        started_by_reviewer,
     })
 }
 
@@ -221,11 +265,33 @@ pub(crate) async fn decide(
         }
     };
     match got {
-        // 422: reviewed meanwhile (in GitHub's UI) or no longer pending.
-        Err(EngineError::InvalidInput { .. }) => Err(EngineError::NotFound {
-            engine: KIND,
-            what: format!("question {key} (no longer pending)"),
-        }),
+        // 422: reviewed meanwhile (in GitHub's UI) or no longer pending; or, when flowgate's
+        // token user started the run and the environment still waits, refused as a
+        // self-review.
+        Err(EngineError::InvalidInput { .. }) => {
+            if let Some(me) = &gate.started_by_reviewer
+                && approve
+                && api
+                    .pending_deployments(run)
+                    .await
+                    .is_ok_and(|p| p.iter().any(|p| p.environment.id == gate.environment_id))
+            {
+                return Err(EngineError::Denied {
+                    engine: KIND,
+                    message: format!(
+                        "GitHub refused flowgate's approval of the deployment to {}, which \
+                         still waits: @{me}, flowgate's token, started the run, and with the \
+                         environment's \"Prevent self-review\" on GitHub lets nobody approve a \
+                         run they started; another reviewer must approve it in GitHub",
+                        gate.environment
+                    ),
+                });
+            }
+            Err(EngineError::NotFound {
+                engine: KIND,
+                what: format!("question {key} (no longer pending)"),
+            })
+        }
         other => other,
     }
 }

@@ -20,6 +20,11 @@
 //! `run-name`. A start first looks for a run whose title carries the key; a key this process
 //! dispatched (or may have) is never dispatched again, only looked for (module `start`).
 //!
+//! **Self-review.** With a token, flowgate both starts the run and approves it as the token's
+//! user. An environment with "Prevent self-review" on lets nobody approve a run they started,
+//! so that user's approval is refused: the question and a refused answer say so and name the
+//! other reviewers, and `flowgate policy` says it for every token target.
+//!
 //! **A terminal answer is final.** A passing fault while reading the run's parts stays an
 //! `EngineError` (the task stays working); only GitHub's own word is a failure.
 //!

@@ -132,6 +132,7 @@ mod tests {
             created_at: chrono::Utc::now(),
             updated_at: chrono::Utc::now(),
             html_url: None,
+            triggering_actor: None,
         }
     }
 

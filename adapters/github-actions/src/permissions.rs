@@ -145,6 +145,15 @@ pub(crate) const CALLS: &[Call] = &[
     },
 ];
 
+/// What a token target needs besides permissions to answer an environment's review: GitHub's
+/// "Prevent self-review" refuses exactly the setup where flowgate dispatches and approves as
+/// one user, and nothing in the permissions would show it.
+pub(crate) const REVIEWS_WITH_A_TOKEN: &str = "to answer an environment's review, the token's \
+    user must be one of its required reviewers, and the environment must not have \"Prevent \
+    self-review\" on: the token both starts the run and approves it, and with that setting GitHub \
+    lets nobody approve a run they started. With it on, another reviewer approves in GitHub, or \
+    the environment gets a custom deployment protection rule of a GitHub App flowgate runs as";
+
 fn made_by(call: &Call, target: &GhTarget) -> bool {
     match call.when {
         When::Always => true,
@@ -166,8 +175,13 @@ fn stronger(a: &'static str, b: &'static str) -> &'static str {
 /// that need each one.
 pub(crate) fn permissions(targets: &[GhTarget]) -> Value {
     let mut repos: BTreeMap<String, (BTreeMap<&str, &str>, Vec<&Call>)> = BTreeMap::new();
+    let mut token_repos: Vec<String> = Vec::new();
     for t in targets {
-        let (perms, calls) = repos.entry(format!("{}/{}", t.owner, t.repo)).or_default();
+        let repo = format!("{}/{}", t.owner, t.repo);
+        if t.app.is_none() && !token_repos.contains(&repo) {
+            token_repos.push(repo.clone());
+        }
+        let (perms, calls) = repos.entry(repo).or_default();
         for call in CALLS.iter().filter(|c| made_by(c, t)) {
             let (name, access) = call.permission;
             let have = perms.get(name).copied().unwrap_or("read");
@@ -190,7 +204,11 @@ pub(crate) fn permissions(targets: &[GhTarget]) -> Value {
                     })
                 })
                 .collect();
-            (repo, json!({"permissions": perms, "calls": calls}))
+            let mut entry = json!({"permissions": perms, "calls": calls});
+            if token_repos.contains(&repo) {
+                entry["reviews"] = json!(REVIEWS_WITH_A_TOKEN);
+            }
+            (repo, entry)
         })
         .collect();
     json!({
@@ -281,6 +299,8 @@ mod tests {
             "no result artifact"
         );
         assert!(!p.to_string().contains("contents"), "{p}");
+        let reviews = repo["reviews"].as_str().unwrap_or_default();
+        assert!(reviews.contains("Prevent self-review"), "{p}");
     }
 
     #[test]
@@ -299,5 +319,9 @@ mod tests {
             serde_json::from_value(p["repositories"]["acme/app"]["permissions"].clone())
                 .expect("permissions");
         assert_eq!(perms.len(), 3, "{perms:?}");
+        assert!(
+            p["repositories"]["acme/app"].get("reviews").is_none(),
+            "an App answers its own rule, never as a reviewer: {p}"
+        );
     }
 }

@@ -429,7 +429,7 @@ impl StepFunctionsEngine {
             }
             None => {
                 let mut r = ExecutionRecord::new(TaskState::Working, "RUNNING", created);
-                r.status_message = scan.current_state.as_ref().map(|s| format!("In state {s}"));
+                r.status_message = scan.status_message();
                 r.input_requests = scan
                     .pending()
                     .map(|p| InputRequest {

@@ -54,6 +54,10 @@ pub(crate) struct Scan {
     pub(crate) end: Option<End>,
     /// Open input states, by their TaskScheduled event id.
     open: BTreeMap<i64, PendingInput>,
+    /// Open states whose parameters hold a `flowgate` block but no task token under a key
+    /// flowgate reads ([`TOKEN_KEYS`]), by TaskScheduled event id, with the state's name: the
+    /// question cannot be asked, and the status message says why.
+    tokenless: BTreeMap<i64, String>,
     /// Every event that continues an open input state's chain (its TaskScheduled, TaskStarted,
     /// TaskSubmitted, ...), mapped to that TaskScheduled id: an event whose previous event is
     /// in here belongs to the same state, wherever it is in a Parallel's interleaving.
@@ -75,6 +79,21 @@ fn closes_a_task(t: &HistoryEventType) -> bool {
 }
 
 impl Scan {
+    /// A running execution's status message: the state it is in, and, when a state waits with
+    /// a `flowgate` block but no task token flowgate can find, which keys it reads (otherwise
+    /// the task would stay `working` without a question or a word).
+    pub(crate) fn status_message(&self) -> Option<String> {
+        if let Some(state) = self.tokenless.values().next() {
+            return Some(format!(
+                "State {state} holds a `flowgate` block but no task token beside it under {}: \
+                 the question cannot be asked. Pass the token next to the block as \
+                 \"TaskToken.$\": \"$$.Task.Token\"",
+                TOKEN_KEYS.join(", ")
+            ));
+        }
+        self.current_state.as_ref().map(|s| format!("In state {s}"))
+    }
+
     /// The open input states, oldest first.
     pub(crate) fn pending(&self) -> impl Iterator<Item = &PendingInput> {
         self.open.values()
@@ -122,12 +141,18 @@ impl Scan {
             HistoryEventType::ExecutionAborted => self.close_all(End::Aborted),
             // A redrive runs the failed states again: the execution is open once more.
             HistoryEventType::ExecutionRedriven => self.end = None,
-            HistoryEventType::TaskScheduled => {
-                if let Some(pending) = input_request(e) {
+            HistoryEventType::TaskScheduled => match input_request(e) {
+                Some(Ok(pending)) => {
                     self.chains.insert(e.id, e.id);
                     self.open.insert(e.id, pending);
                 }
-            }
+                Some(Err(NoToken)) => {
+                    self.chains.insert(e.id, e.id);
+                    let state = self.current_state.clone().unwrap_or_default();
+                    self.tokenless.insert(e.id, state);
+                }
+                None => {}
+            },
             _ => {}
         }
         let Some(&root) = self.chains.get(&e.previous_event_id) else {
@@ -135,6 +160,7 @@ impl Scan {
         };
         if closes_a_task(&e.r#type) {
             self.open.remove(&root);
+            self.tokenless.remove(&root);
             self.chains.retain(|_, r| *r != root);
         } else if e.r#type != HistoryEventType::TaskScheduled {
             self.chains.insert(e.id, root);
@@ -144,21 +170,31 @@ impl Scan {
     fn close_all(&mut self, end: End) {
         self.end = Some(end);
         self.open.clear();
+        self.tokenless.clear();
         self.chains.clear();
     }
 }
 
-/// The input request a TaskScheduled event carries, if its parameters hold a flowgate block.
-fn input_request(e: &HistoryEvent) -> Option<PendingInput> {
+/// The keys a task token is read from, in the object that holds the `flowgate` block.
+pub(crate) const TOKEN_KEYS: [&str; 3] = ["TaskToken", "taskToken", "token"];
+
+/// A `flowgate` block with a message but no task token under any of [`TOKEN_KEYS`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct NoToken;
+
+/// The input request a TaskScheduled event carries, if its parameters hold a flowgate block:
+/// `Err(NoToken)` when the block is there but its token is not where flowgate reads it.
+fn input_request(e: &HistoryEvent) -> Option<Result<PendingInput, NoToken>> {
     let params = e.task_scheduled_event_details.as_ref()?.parameters.as_str();
     let params = serde_json::from_str::<Value>(params).ok()?;
-    let (token, message, requested_schema) = find_input_block(&params)?;
-    Some(PendingInput {
-        key: key_for(e.id),
-        token,
-        message,
-        requested_schema,
-    })
+    Some(
+        find_input_block(&params)?.map(|(token, message, requested_schema)| PendingInput {
+            key: key_for(e.id),
+            token,
+            message,
+            requested_schema,
+        }),
+    )
 }
 
 /// The key an input request has for the TaskScheduled event `id`.
@@ -167,27 +203,40 @@ pub(crate) fn key_for(id: i64) -> String {
 }
 
 /// Finds an object holding both a task token and a `flowgate` block, anywhere in the state's
-/// resolved parameters.
-fn find_input_block(v: &Value) -> Option<(String, String, Value)> {
+/// resolved parameters; `Err(NoToken)` for a block with a message but no token beside it
+/// (when no other object holds both).
+fn find_input_block(v: &Value) -> Option<Result<(String, String, Value), NoToken>> {
     match v {
         Value::Object(map) => {
-            if let Some(block) = map.get("flowgate").and_then(Value::as_object) {
-                let token = ["TaskToken", "taskToken", "token"]
+            let mut tokenless = None;
+            if let Some(block) = map.get("flowgate").and_then(Value::as_object)
+                && let Some(message) = block.get("message").and_then(Value::as_str)
+            {
+                let token = TOKEN_KEYS
                     .iter()
                     .find_map(|k| map.get(*k).and_then(Value::as_str));
-                if let (Some(token), Some(message)) =
-                    (token, block.get("message").and_then(Value::as_str))
-                {
-                    let schema = block
-                        .get("requestedSchema")
-                        .cloned()
-                        .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
-                    return Some((token.to_owned(), message.to_owned(), schema));
+                match token {
+                    Some(token) => {
+                        let schema = block.get("requestedSchema").cloned().unwrap_or_else(
+                            || serde_json::json!({"type": "object", "properties": {}}),
+                        );
+                        return Some(Ok((token.to_owned(), message.to_owned(), schema)));
+                    }
+                    None => tokenless = Some(Err(NoToken)),
                 }
             }
-            map.values().find_map(find_input_block)
+            let found: Vec<_> = map.values().filter_map(find_input_block).collect();
+            found
+                .iter()
+                .find(|f| f.is_ok())
+                .or(found.first())
+                .cloned()
+                .or(tokenless)
         }
-        Value::Array(items) => items.iter().find_map(find_input_block),
+        Value::Array(items) => {
+            let found: Vec<_> = items.iter().filter_map(find_input_block).collect();
+            found.iter().find(|f| f.is_ok()).or(found.first()).cloned()
+        }
         // Some integrations carry the message body as a JSON string.
         Value::String(s) if s.starts_with('{') => serde_json::from_str(s)
             .ok()
@@ -281,6 +330,35 @@ mod tests {
         let view = read(&events);
         assert_eq!(view.pending().count(), 0);
         assert_eq!(view.current_state.as_deref(), Some("Deploy"));
+    }
+
+    /// A `flowgate` block whose token sits under a key flowgate does not read is no question,
+    /// but the status message says so and names the keys read, until the state ends.
+    #[test]
+    fn a_block_without_a_token_where_flowgate_reads_it_is_named_in_the_status() {
+        let params = json!({"QueueUrl": "q", "MessageBody": {"Token": "tok-1", "flowgate": {"message": "Go?"}}});
+        let mut events = vec![
+            event(1, 0, HistoryEventType::ExecutionStarted),
+            entered(2, "Approve"),
+            scheduled(3, 2, params),
+            event(4, 3, HistoryEventType::TaskStarted),
+        ];
+        let view = read(&events);
+        assert_eq!(view.pending().count(), 0);
+        let status = view.status_message().expect("a status");
+        assert!(
+            status.contains("Approve") && status.contains("TaskToken, taskToken, token"),
+            "{status}"
+        );
+        events.push(event(5, 4, HistoryEventType::TaskFailed));
+        events.push(entered(6, "Rollback"));
+        let view = read(&events);
+        assert_eq!(view.status_message().as_deref(), Some("In state Rollback"));
+        // A token under a known key elsewhere in the same parameters still makes a question.
+        let both = json!({"A": {"flowgate": {"message": "x"}}, "B": {"TaskToken": "t", "flowgate": {"message": "Go?"}}});
+        let view = read(&[entered(2, "Ask"), scheduled(3, 2, both)]);
+        assert_eq!(view.pending().count(), 1);
+        assert_eq!(view.status_message().as_deref(), Some("In state Ask"));
     }
 
     #[test]

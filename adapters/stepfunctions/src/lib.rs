@@ -76,6 +76,10 @@
 //! }
 //! ```
 //!
+//! The token is read from the key `TaskToken`, `taskToken` or `token` of the object that holds
+//! the `flowgate` block, and from no other: a block whose token sits elsewhere asks nothing, and
+//! the task's status message names the state and these keys while it waits.
+//!
 //! The task turns `input_required` with that elicitation, keyed `sfn-<history event id>`;
 //! `tasks/update` accept sends the form content as the task output (`SendTaskSuccess`), decline
 //! or cancel fail the task with `flowgate.Declined` / `flowgate.Cancelled`.

@@ -34,6 +34,6 @@ mod schema;
 mod tool;
 
 pub use error::ManifestError;
-pub use load::{load_path, parse_str};
+pub use load::{load_path, load_path_all, parse_str, parse_str_all, variables};
 pub use schema::{Naming, Schema};
 pub use tool::{Elicit, Location, Manifest, Target, TaskSupport, ToolSpec, Ttl};

@@ -20,24 +20,21 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Serve the tools of a manifest over MCP (HTTP by default, or stdio).
     Serve(ServeArgs),
-    /// Validate a manifest (a file or a folder) and exit non-zero on any error.
-    Check {
-        /// The manifest file or folder.
-        manifest: PathBuf,
-    },
+    /// Validate a manifest (a file or a folder) and exit non-zero on any error; every error
+    /// found is printed, each with its file, line and column.
+    Check(ManifestArg),
     /// Print the least-privilege cloud permissions a manifest's tools need (AWS IAM policy,
     /// Google Cloud IAM roles).
-    Policy {
-        /// The manifest file or folder.
-        manifest: PathBuf,
+    Policy(ManifestArg),
+    /// List the environment variables flowgate reads; with --manifest, the ones a manifest
+    /// references (`${NAME}`), which a deployment must set.
+    Env {
+        /// The manifest file or folder whose variables to list.
+        #[arg(long, short)]
+        manifest: Option<PathBuf>,
     },
-    /// List the environment variables flowgate reads.
-    Env,
     /// List the tools a manifest declares.
-    Tools {
-        /// The manifest file or folder.
-        manifest: PathBuf,
-    },
+    Tools(ManifestArg),
     /// Inside a local-engine command: ask the client a question and print the answer (JSON).
     Ask(AskArgs),
     /// Inside a local-engine command: set the task's status message.
@@ -46,6 +43,33 @@ pub(crate) enum Command {
         #[arg(required = true)]
         message: Vec<String>,
     },
+}
+
+/// The manifest of `check`, `policy` and `tools`: as an argument, or with `--manifest` as
+/// `serve` takes it (so a command line can be reused from one to the other).
+#[derive(Debug, Args)]
+pub(crate) struct ManifestArg {
+    /// The manifest file or folder.
+    #[arg(value_name = "MANIFEST", required_unless_present = "manifest_option")]
+    path: Option<PathBuf>,
+    /// The manifest file or folder (instead of the argument).
+    #[arg(
+        long = "manifest",
+        short = 'm',
+        value_name = "MANIFEST",
+        conflicts_with = "path"
+    )]
+    manifest_option: Option<PathBuf>,
+}
+
+impl ManifestArg {
+    /// The manifest given, either way.
+    pub(crate) fn path(&self) -> PathBuf {
+        self.path
+            .clone()
+            .or_else(|| self.manifest_option.clone())
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Args)]

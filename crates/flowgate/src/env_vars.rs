@@ -98,6 +98,30 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
         "the shortest time between two fetches of the signing keys (default 30)",
     ),
     (
+        STEPFUNCTIONS_QUOTA_SHARE,
+        "this server's share (0-1] of the account's Step Functions API quotas, when several poll one account",
+    ),
+    (
+        "GITHUB_TOKEN",
+        "the token of github-actions targets (unless a target names another variable: token_env)",
+    ),
+    (
+        "GITLAB_TOKEN",
+        "the token of gitlab-ci targets (unless a target names another variable: token_env)",
+    ),
+    (
+        XDG_STATE_HOME,
+        "the local engine's state is in $XDG_STATE_HOME/flowgate when FLOWGATE_STATE_DIR is not set (else ~/.local/state/flowgate)",
+    ),
+    (
+        RUN_DIR,
+        "set by the local engine for its commands: the run `flowgate ask` talks to",
+    ),
+    (
+        STATUS_FILE,
+        "set by the local engine for its commands: where `flowgate status` writes",
+    ),
+    (
         METRICS_LISTEN,
         "serve Prometheus metrics at http://ADDR/metrics (its own listener)",
     ),
@@ -183,3 +207,7 @@ pub(crate) const AUTH_UNTYPED_ACCESS_TOKENS: &str = "FLOWGATE_AUTH_UNTYPED_ACCES
 pub(crate) const AUTH_KEYS_REFRESH_SECS: &str = "FLOWGATE_AUTH_KEYS_REFRESH_SECS";
 pub(crate) const METRICS_LISTEN: &str = "FLOWGATE_METRICS_LISTEN";
 pub(crate) const WATCH: &str = "FLOWGATE_WATCH";
+pub(crate) const STEPFUNCTIONS_QUOTA_SHARE: &str = "FLOWGATE_STEPFUNCTIONS_QUOTA_SHARE";
+pub(crate) const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
+pub(crate) const RUN_DIR: &str = "FLOWGATE_RUN_DIR";
+pub(crate) const STATUS_FILE: &str = "FLOWGATE_STATUS_FILE";

@@ -53,15 +53,31 @@ fn main() -> std::process::ExitCode {
     };
     match cli.command {
         cli::Command::Serve(args) => serve::run(args),
-        cli::Command::Check { manifest } => setup::check(&manifest),
-        cli::Command::Tools { manifest } => setup::tools(&manifest),
-        cli::Command::Policy { manifest } => policy::print(&manifest),
-        cli::Command::Env => {
+        cli::Command::Check(manifest) => setup::check(&manifest.path()),
+        cli::Command::Tools(manifest) => setup::tools(&manifest.path()),
+        cli::Command::Policy(manifest) => policy::print(&manifest.path()),
+        cli::Command::Env { manifest: None } => {
             for (name, what) in env_vars::ENV_VARS {
                 out!("{name:<30} {what}");
             }
             std::process::ExitCode::SUCCESS
         }
+        cli::Command::Env {
+            manifest: Some(manifest),
+        } => match flowgate_manifest::variables(&manifest) {
+            Ok(names) => {
+                for (name, file) in names {
+                    out!("{name:<30} referenced by {}", file.display());
+                }
+                std::process::ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                for e in &errors {
+                    eprintln!("{e}");
+                }
+                std::process::ExitCode::FAILURE
+            }
+        },
         cli::Command::Ask(args) => helpers::ask(args),
         cli::Command::Status { message } => helpers::status(&message.join(" ")),
     }

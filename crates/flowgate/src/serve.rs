@@ -105,6 +105,10 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
         eprintln!("flowgate: {e}");
         return ExitCode::FAILURE;
     }
+    if let Err(e) = setup::one_manifest_source(args.manifest.as_deref()) {
+        eprintln!("flowgate: {e}");
+        return ExitCode::FAILURE;
+    }
     let state_dir = setup::state_dir(args.state_dir.clone());
     let registry = setup::registry(state_dir.as_deref().unwrap_or(Path::new("")));
     let Some(tools) = setup::tool_set(args.manifest.as_deref(), &registry) else {

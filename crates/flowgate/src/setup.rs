@@ -50,7 +50,7 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
 pub(crate) fn state_dir(given: Option<PathBuf>) -> Option<PathBuf> {
     given
         .or_else(|| {
-            std::env::var_os("XDG_STATE_HOME")
+            std::env::var_os(crate::env_vars::XDG_STATE_HOME)
                 .filter(|d| !d.is_empty())
                 .map(|d| PathBuf::from(d).join("flowgate"))
         })
@@ -83,32 +83,80 @@ pub(crate) fn check_state_dir(state_dir: Option<&Path>, tools: &ToolSet) -> Resu
 /// Loads `path`, else an inline manifest from `FLOWGATE_MANIFEST_YAML`, else the bundled
 /// example.
 pub(crate) fn load(path: Option<&Path>) -> Result<Manifest, Vec<ManifestError>> {
+    let (manifest, errors) = load_all(path);
+    if errors.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(errors)
+    }
+}
+
+/// [`load`]'s tools that loaded, and every problem found (for [`tool_set`], which binds the
+/// tools that loaded too, so that one run reports every error).
+fn load_all(path: Option<&Path>) -> (Manifest, Vec<ManifestError>) {
     if let Some(p) = path {
-        return flowgate_manifest::load_path(p);
+        return flowgate_manifest::load_path_all(p);
     }
     // Inline and bundled manifests use no relative paths; their folder is the temp folder.
     let base = std::env::temp_dir();
     match std::env::var(crate::env_vars::MANIFEST_YAML) {
         Ok(text) if !text.trim().is_empty() => {
-            flowgate_manifest::parse_str(&text, &base.join(crate::env_vars::MANIFEST_YAML))
+            flowgate_manifest::parse_str_all(&text, &base.join(crate::env_vars::MANIFEST_YAML))
         }
-        _ => flowgate_manifest::parse_str(BUNDLED_MANIFEST, &base.join("flowgate-bundled.yaml")),
+        _ => {
+            flowgate_manifest::parse_str_all(BUNDLED_MANIFEST, &base.join("flowgate-bundled.yaml"))
+        }
     }
 }
 
+/// Refuses two manifest sources at once: with a path (`FLOWGATE_MANIFEST` or `--manifest`)
+/// the inline `FLOWGATE_MANIFEST_YAML` would be ignored without a word, and a deployment that
+/// sets both (an image's default path, an inline manifest in the service) would serve the one
+/// its author did not mean.
+pub(crate) fn one_manifest_source(path: Option<&Path>) -> Result<(), String> {
+    let inline =
+        std::env::var(crate::env_vars::MANIFEST_YAML).is_ok_and(|text| !text.trim().is_empty());
+    let Some(path) = path.filter(|_| inline) else {
+        return Ok(());
+    };
+    let from_env = std::env::var_os(crate::env_vars::MANIFEST).is_some_and(|p| p == path);
+    let path_source = if from_env {
+        format!("{}={}", crate::env_vars::MANIFEST, path.display())
+    } else {
+        format!("--manifest {}", path.display())
+    };
+    Err(format!(
+        "{path_source} and {inline} are both set: flowgate serves one manifest and would \
+         ignore the inline one; unset {inline} to serve the path, or {} (and --manifest) to \
+         serve the inline manifest",
+        crate::env_vars::MANIFEST,
+        inline = crate::env_vars::MANIFEST_YAML,
+    ))
+}
+
 /// Loads and binds a manifest, printing every error.
+///
+/// Every error found is printed in one run, in file, line and column order: the manifest's own,
+/// and the engines' complaints about the targets of the tools that loaded.
 pub(crate) fn tool_set(path: Option<&Path>, registry: &Registry) -> Option<ToolSet> {
-    let result = load(path).and_then(|m| ToolSet::build(&m, registry));
-    match result {
+    let (manifest, mut errors) = load_all(path);
+    let set = match ToolSet::build(&manifest, registry) {
         Ok(set) => Some(set),
-        Err(errors) => {
-            for e in &errors {
-                eprintln!("{e}");
-            }
-            eprintln!("{} error(s) in the manifest", errors.len());
+        Err(bound) => {
+            errors.extend(bound);
             None
         }
+    };
+    if errors.is_empty() {
+        return set;
     }
+    errors.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    errors.dedup();
+    for e in &errors {
+        eprintln!("{e}");
+    }
+    eprintln!("{} error(s) in the manifest", errors.len());
+    None
 }
 
 pub(crate) fn check(path: &Path) -> ExitCode {

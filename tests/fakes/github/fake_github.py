@@ -83,8 +83,11 @@ Shortcuts this fake still takes:
 - The texts of three 422s GitHub does not document are the fake's own: a `number` input that is not
   a number ("Invalid value for input K"), inputs over 65,535 characters, and a protection-rule review
   from an App whose rule the environment does not have. `environment` inputs are taken as strings.
-  `prevent_self_review`, deployment branch policies and the 30-day limit on pending deployments are
-  not modelled.
+  Deployment branch policies and the 30-day limit on pending deployments are not modelled.
+  `prevent_self_review` (repository.yml) keeps the user who started a run from approving it:
+  `current_user_can_approve` is false for them and their review is 422 "No pending deployment
+  requests to approve or reject". GitHub documents the setting ("require a different approver
+  than the user who triggered the workflow run"), not these answers: they are the fake's reading.
 - `actions/upload-artifact` cannot run offline: the fake replaces such a step by a `run:` step that
   copies `with.path` (a file or folder, no globs) into the artifact `with.name`; artifacts are zipped
   (deflate) when the run ends and never expire. No other `uses:` actions are supported.
@@ -343,6 +346,7 @@ class Environment:
         self.reviewers = []  # ("User", login) | ("Team", slug)
         self.wait_timer = 0  # minutes
         self.apps = []  # App ids whose custom deployment protection rule is enabled
+        self.prevent_self_review = False  # the user who started a run may not approve it
 
     def reviewer_views(self):
         out = []
@@ -355,10 +359,12 @@ class Environment:
                 out.append({"type": "Team", "reviewer": team_view(name)})
         return out
 
-    def reviewer_can_approve(self, caller):
+    def reviewer_can_approve(self, caller, run):
         if caller.app or not caller.may("deployments", "write"):
             return False
         login = caller.user["login"]
+        if self.prevent_self_review and run.actor["login"] == login:
+            return False
         return any((kind == "User" and name == login) or
                    (kind == "Team" and login in CFG.teams.get(name, ()))
                    for kind, name in self.reviewers)
@@ -369,8 +375,9 @@ class Environment:
                 "html_url": f"{CFG.base_url}/{owner}/{repo}/deployments/activity_log?environments_filter={self.name}"}
 
 
-def add_environment(name, reviewers=(), wait_timer=0, apps=()):
+def add_environment(name, reviewers=(), wait_timer=0, apps=(), prevent_self_review=False):
     env = CFG.environments.setdefault(name, Environment(name))
+    env.prevent_self_review = bool(prevent_self_review) or env.prevent_self_review
     for r in reviewers:
         kind, _, who = str(r).partition(":")
         reviewer = ("Team" if kind == "team" else "User", who)
@@ -408,7 +415,8 @@ def load_settings(path):
         CFG.teams.setdefault(slug, []).extend(members)
     for name, e in (s.get("environments") or {}).items():
         e = e or {}
-        add_environment(name, e.get("reviewers", []), e.get("wait_timer", 0), e.get("apps", []))
+        add_environment(name, e.get("reviewers", []), e.get("wait_timer", 0), e.get("apps", []),
+                        e.get("prevent_self_review", False))
     if "minute_ms" in s and CFG.minute_ms is None:
         CFG.minute_ms = int(s["minute_ms"])
 
@@ -980,7 +988,7 @@ def pending_view(run, gate, caller):
     env = gate.job.environment
     return {"environment": env.view(run.owner, run.repo),
             "wait_timer": env.wait_timer, "wait_timer_started_at": stamp(gate.since),
-            "current_user_can_approve": (not gate.reviewers_ok) and env.reviewer_can_approve(caller),
+            "current_user_can_approve": (not gate.reviewers_ok) and env.reviewer_can_approve(caller, run),
             "reviewers": env.reviewer_views()}
 
 
@@ -1517,7 +1525,7 @@ def review(run, body, caller):
     if state not in ("approved", "rejected") or not isinstance(ids, list) or not isinstance(comment, str):
         raise ApiError(422, "Invalid request.\n\n\"environment_ids\", \"state\" and \"comment\" are required.")
     by_id = {g.job.environment.id: g for g in run.gates() if not g.reviewers_ok}
-    if not ids or any(i not in by_id or not by_id[i].job.environment.reviewer_can_approve(caller) for i in ids):
+    if not ids or any(i not in by_id or not by_id[i].job.environment.reviewer_can_approve(caller, run) for i in ids):
         raise ApiError(422, "No pending deployment requests to approve or reject")
     envs = []
     for i in ids:

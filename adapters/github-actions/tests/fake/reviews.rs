@@ -202,3 +202,44 @@ async fn a_wait_timer_is_working_until_it_runs_out_not_a_question() {
     assert_eq!(done.state, TaskState::Completed, "{done:?}");
     assert_eq!(done.output.expect("output")["jobs"]["deploy"], "success");
 }
+
+/// An environment that prevents self-review, whose required reviewers include flowgate's token
+/// user: that user started the run, so GitHub lets it not approve. The question and the refused
+/// answer say so (the setting, who started the run, who else can approve), instead of "not a
+/// reviewer".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_review_github_refuses_is_named_as_such() {
+    let fake = Fake::shared();
+    let e = engine(&fake, "deploy.yml", json!({}));
+    let x = start(&e, json!({"target": "selfreview"})).await;
+    let r = wait_for(&e, &x, |r| r.state == TaskState::InputRequired).await;
+    let q = &r.input_requests[0];
+    assert!(
+        q.message.contains("flowgate cannot answer this one")
+            && q.message.contains("Prevent self-review")
+            && q.message
+                .contains("@flowgate-tests, flowgate's token, started the run")
+            && q.message.contains("other than @flowgate-tests, @alice")
+            && !q.message.contains("is not one of them"),
+        "{q:?}"
+    );
+    let got = e
+        .respond(
+            &x,
+            &q.key,
+            InputResponse {
+                action: Action::Accept,
+                content: Some(json!({"decision": "approve"})),
+            },
+        )
+        .await;
+    match got {
+        Err(EngineError::Denied { message, .. }) => {
+            assert!(message.contains("Prevent self-review"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    e.cancel(&x).await.expect("cancel");
+    let done = wait_for(&e, &x, |r| r.state.is_terminal()).await;
+    assert_eq!(done.state, TaskState::Cancelled, "{done:?}");
+}

@@ -312,3 +312,108 @@ fn an_unset_reference_in_a_quoted_or_block_scalar_is_located() {
     let at: Vec<(u64, u64)> = errors.iter().map(|e| (e.line, e.column)).collect();
     assert_eq!(at, [(5, 18), (8, 15)], "{errors:?}");
 }
+
+/// A manifest with mistakes in two tools (a typo'd key the reader stops at, and a bad value
+/// the checks find) and two in a third gets all of them in one run, each at its place.
+#[test]
+fn every_error_of_every_tool_is_reported_in_one_run() {
+    let text = "\
+default_scopes: [tools.run]
+tools:
+  - name: a
+    targte: {engine: local}
+    target: {engine: local}
+
+  - name: b
+    poll_interval_ms: 5
+    target: {engine: local}
+  - name: 'bad name'
+    input_schema: {type: string}
+    target: {command: [x]}
+  - name: fine
+    target: {engine: local}
+";
+    let errors = parse(text).expect_err("four tools, three bad");
+    let at: Vec<(u64, u64)> = errors.iter().map(|e| (e.line, e.column)).collect();
+    assert_eq!(
+        at,
+        [(4, 5), (8, 23), (10, 11), (11, 19), (12, 13)],
+        "{errors:#?}"
+    );
+    assert!(errors[0].message.contains("targte"), "{errors:#?}");
+    assert!(
+        errors[1].message.contains("poll_interval_ms"),
+        "{errors:#?}"
+    );
+    assert!(errors[2].message.contains("tool name"), "{errors:#?}");
+    assert!(errors[3].message.contains("type: object"), "{errors:#?}");
+    assert!(errors[4].message.contains("engine"), "{errors:#?}");
+}
+
+/// Two tools each with an unknown key (the reader's kind of error) are both reported, also
+/// when the sequence sits at column 1 and a top-level key follows the tools.
+#[test]
+fn two_unknown_keys_in_two_tools_are_both_reported() {
+    let text = "tools:\n- name: a\n  tsak: required\n  target: {engine: local}\n- name: b\n  target: {engine: local}\n  descripton: x\ndefault_scopes: [s]\n";
+    let errors = parse(text).expect_err("two typos");
+    let at: Vec<(u64, u64)> = errors.iter().map(|e| (e.line, e.column)).collect();
+    assert_eq!(at, [(3, 3), (7, 3)], "{errors:#?}");
+}
+
+/// A pipeline or workflow file directly in a manifest folder is named as not a manifest, with
+/// the way out (a subfolder, which is not read).
+#[test]
+fn a_pipeline_beside_the_manifest_is_named_and_a_subfolder_is_not_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("tools.yaml"),
+        "tools:\n  - name: a\n    target: {engine: local}\n",
+    )
+    .expect("write");
+    let pipeline = "stages: [plan]\nplan:\n  stage: plan\n  script:\n    - echo ${CI_JOB_ID}\n";
+    std::fs::write(dir.path().join("migrate.gitlab-ci.yml"), pipeline).expect("write");
+    let errors = load_path(dir.path()).expect_err("a pipeline beside");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].message.contains("not a flowgate manifest")
+            && errors[0].message.contains("subfolder"),
+        "{errors:?}"
+    );
+    std::fs::create_dir(dir.path().join("pipelines")).expect("mkdir");
+    std::fs::rename(
+        dir.path().join("migrate.gitlab-ci.yml"),
+        dir.path().join("pipelines/migrate.gitlab-ci.yml"),
+    )
+    .expect("move");
+    let m = load_path(dir.path()).expect("the pipeline in a subfolder is not read");
+    assert_eq!(m.tools.len(), 1);
+}
+
+/// The variables a manifest references, for a deployment to set: `${NAME}` in any value, not
+/// the escape, not the variables flowgate sets for its commands.
+#[test]
+fn a_manifests_variables_are_listed_with_their_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "tools:\n  - name: a\n    description: \"${DESC_X} $${LITERAL}\"\n    target: {engine: local, command: [sh, -c, 'echo ${FLOWGATE_ARG_DAY}'], env: '${B_VAR}'}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        "tools:\n  - name: b\n    target: {engine: stepfunctions, state_machine_arn: '${B_VAR}'}\n",
+    )
+    .expect("write");
+    let names = variables(dir.path()).expect("variables");
+    assert_eq!(
+        names.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["B_VAR", "DESC_X"]
+    );
+    assert!(names["B_VAR"].ends_with("a.yaml"));
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        "tools:\n  - name: c\n    description: ${FLOWGATE_HANDLE_KEYS}\n    target: {engine: local}\n",
+    )
+    .expect("write");
+    assert!(variables(dir.path()).is_err(), "a refused reference");
+}

@@ -778,3 +778,210 @@ async fn a_synchronous_call_ends_before_the_request_timeout() {
     );
     assert!(answer.contains("stopped"), "{answer}");
 }
+
+/// deploy/image/stage bakes the manifest it is given (a folder as it is, subfolders included)
+/// where the image's FLOWGATE_MANIFEST points, and the Dockerfile passes its MANIFEST build
+/// argument to it (the Step Functions example by default).
+#[test]
+fn the_image_bakes_the_manifest_it_is_given() {
+    let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("Dockerfile");
+    assert!(
+        dockerfile.contains("ARG MANIFEST=examples/stepfunctions")
+            && dockerfile.contains("deploy/image/stage target/deploy/flowgate /out \"$MANIFEST\""),
+        "the build argument reaches the stage"
+    );
+    let mine = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(mine.path().join("pipelines")).expect("mkdir");
+    std::fs::copy(
+        repo().join("examples/gitlab-ci/tools.yaml"),
+        mine.path().join("tools.yaml"),
+    )
+    .expect("copy");
+    std::fs::write(
+        mine.path().join("pipelines/x.gitlab-ci.yml"),
+        "stages: [a]\n",
+    )
+    .expect("write");
+    let out = tempfile::tempdir().expect("tempdir");
+    let staged = out.path().join("out");
+    let stage = |manifest: Option<&Path>| {
+        let mut cmd = Command::new(repo().join("deploy/image/stage"));
+        cmd.arg(bin()).arg(&staged);
+        if let Some(m) = manifest {
+            cmd.arg(m);
+        }
+        let done = cmd.output().expect("run deploy/image/stage");
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        tree(&staged.join("etc/flowgate/tools"))
+    };
+    assert_eq!(
+        stage(Some(mine.path())),
+        BTreeSet::from([
+            "/pipelines".to_owned(),
+            "/pipelines/x.gitlab-ci.yml".to_owned(),
+            "/tools.yaml".to_owned()
+        ])
+    );
+    let baked =
+        std::fs::read_to_string(staged.join("etc/flowgate/tools/tools.yaml")).expect("baked");
+    assert!(
+        baked.contains("engine: gitlab-ci"),
+        "your manifest, not the example"
+    );
+    assert!(
+        stage(None).contains("/tools.yaml")
+            && std::fs::read_to_string(staged.join("etc/flowgate/tools/tools.yaml"))
+                .expect("baked")
+                .contains("engine: stepfunctions"),
+        "the Step Functions example by default"
+    );
+    let missing = Command::new(repo().join("deploy/image/stage"))
+        .arg(bin())
+        .arg(&staged)
+        .arg(mine.path().join("nope"))
+        .output()
+        .expect("run");
+    assert!(
+        !missing.status.success(),
+        "a manifest that is not there stops the build"
+    );
+}
+
+/// deploy/lambda/with-manifest-variables turns each `${NAME}` of a manifest into a stack
+/// parameter and the function's variable NAME (scripts/deploy-artifacts runs cfn-lint and sam
+/// validate on what it writes); a variable Lambda reserves is refused.
+#[test]
+fn the_lambda_template_takes_the_manifests_variables_as_parameters() {
+    let run = |manifest: &Path| {
+        Command::new("python3")
+            .arg(repo().join("deploy/lambda/with-manifest-variables"))
+            .arg(manifest)
+            .env("FLOWGATE_BIN", bin())
+            .output()
+            .expect("run with-manifest-variables")
+    };
+    let out = run(&repo().join("examples/stepfunctions"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let template: Value =
+        serde_saphyr::from_str(&String::from_utf8_lossy(&out.stdout)).expect("a YAML template");
+    let original = yaml("deploy/lambda/template.yaml");
+    let env = &template["Resources"]["FlowgateFunction"]["Properties"]["Environment"]["Variables"];
+    for (variable, parameter) in [
+        ("NIGHTLY_ETL_ARN", "NightlyEtlArn"),
+        ("DEPLOY_ARN", "DeployArn"),
+    ] {
+        assert_eq!(
+            template["Parameters"][parameter]["Type"], "String",
+            "{template}"
+        );
+        assert_eq!(
+            env[variable],
+            serde_json::json!({"Ref": parameter}),
+            "{env}"
+        );
+    }
+    // Everything else is the template as it was.
+    let before =
+        original["Resources"]["FlowgateFunction"]["Properties"]["Environment"]["Variables"]
+            .as_object()
+            .expect("variables");
+    for (name, value) in before {
+        assert_eq!(&env[name], value, "{name}");
+    }
+    assert_eq!(
+        template["Resources"]["FlowgateRole"],
+        original["Resources"]["FlowgateRole"]
+    );
+    for (name, value) in original["Parameters"].as_object().expect("parameters") {
+        assert_eq!(&template["Parameters"][name], value, "{name}");
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("tools.yaml"),
+        "tools:\n  - name: a\n    target: {engine: stepfunctions, state_machine_arn: '${AWS_REGION}'}\n",
+    )
+    .expect("write");
+    let refused = run(dir.path());
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("AWS_REGION"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+/// The Cloud Run variant without IAP: Google ID tokens verified by flowgate for the service
+/// URL with the callers listed, Cloud Run's invoker check off (it would strip the signature),
+/// the handle keys and the engine's token from Secret Manager, and only variables flowgate
+/// reads.
+#[test]
+fn the_id_token_cloud_run_service_verifies_callers_and_reads_secrets_from_secret_manager() {
+    let service = yaml("deploy/cloudrun/service-id-token.yaml");
+    let annotations = &service["metadata"]["annotations"];
+    assert_eq!(
+        annotations["run.googleapis.com/invoker-iam-disabled"],
+        "true"
+    );
+    assert!(annotations.get("run.googleapis.com/iap-enabled").is_none());
+    let container = &service["spec"]["template"]["spec"]["containers"][0];
+    let known = variables_the_binary_reads();
+    let env = container["env"].as_array().expect("env");
+    let get = |n: &str| env.iter().find(|e| e["name"] == n);
+    for e in env {
+        let name = e["name"].as_str().unwrap_or_default();
+        assert!(
+            known.contains(name),
+            "it sets {name}, which flowgate does not read"
+        );
+    }
+    assert_eq!(
+        get("FLOWGATE_AUTH_MODE").expect("mode")["value"],
+        "google-id-token"
+    );
+    assert!(
+        get("FLOWGATE_AUTH_AUDIENCE")
+            .and_then(|e| e["value"].as_str())
+            .is_some_and(|a| a.starts_with("https://")),
+        "the audience is the service URL"
+    );
+    assert!(
+        get("FLOWGATE_AUTH_ALLOWED").is_some(),
+        "the callers let through"
+    );
+    for secret in ["FLOWGATE_HANDLE_KEYS", "GITLAB_TOKEN"] {
+        let e = get(secret).expect(secret);
+        assert!(
+            e.get("value").is_none(),
+            "{secret} is never written in the file"
+        );
+        assert!(
+            e["valueFrom"]["secretKeyRef"]["name"].is_string(),
+            "{secret} comes from Secret Manager"
+        );
+    }
+    // The manifest its header bakes needs no variable the service does not set.
+    let out = Command::new(bin())
+        .args(["env", "--manifest"])
+        .arg(repo().join("examples/gitlab-ci"))
+        .output()
+        .expect("flowgate env --manifest");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "no variables");
+    let text = std::fs::read_to_string(repo().join("deploy/cloudrun/service-id-token.yaml"))
+        .expect("read");
+    assert!(text.contains("--build-arg MANIFEST=examples/gitlab-ci"));
+    let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("Dockerfile");
+    let manifest = get("FLOWGATE_MANIFEST")
+        .and_then(|e| e["value"].as_str())
+        .expect("manifest");
+    assert!(dockerfile.contains(&format!("FLOWGATE_MANIFEST={manifest}")));
+}

@@ -428,3 +428,175 @@ async fn iap_domains_go_by_hd_and_unverified_external_emails_do_not_name_callers
     .await;
     assert!(mine.get("result").is_some(), "{mine}");
 }
+
+/// A stand-in for the metadata server's identity endpoint: each GET mints an ID token for the
+/// `audience` it asks, signed by `google`, living `lifetime` seconds; it counts its answers and
+/// refuses a request without `Metadata-Flavor: Google` as the real one does.
+async fn fake_metadata(
+    google: std::sync::Arc<FakeIssuer>,
+    lifetime: i64,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address").to_string();
+    let minted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = minted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&request).into_owned();
+            let target = text
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned();
+            let flavored = text
+                .lines()
+                .any(|l| l.eq_ignore_ascii_case("metadata-flavor: google"));
+            let audience = target
+                .split_once("audience=")
+                .map(|(_, rest)| rest.split('&').next().unwrap_or_default())
+                .map(|a| a.replace("%3A", ":").replace("%2F", "/"))
+                .unwrap_or_default();
+            let (status, body) = if !flavored
+                || !target
+                    .starts_with("/computeMetadata/v1/instance/service-accounts/default/identity?")
+            {
+                ("403 Forbidden", String::new())
+            } else {
+                count.fetch_add(1, Ordering::SeqCst);
+                let mut c = claims(
+                    "https://accounts.google.com",
+                    &audience,
+                    "runner@p.iam.gserviceaccount.com",
+                );
+                c["exp"] = json!(chrono::Utc::now().timestamp() + lifetime);
+                ("200 OK", google.sign_rs256(&c))
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/text\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    (address, minted)
+}
+
+/// deploy/cloudrun/id-token-header, the header helper docs/remote-clients.md gives MCP clients:
+/// it mints an ID token for the service URL from the metadata server, the header it prints gets
+/// a client into a google-id-token flowgate, a second run reuses the cached token, and a cached
+/// token about to expire is replaced by a fresh one. (Two worker threads: the helper runs as a
+/// blocking child process while the fake metadata server answers it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_id_token_header_helper_mints_caches_and_refreshes() {
+    use std::sync::atomic::Ordering;
+    let google = std::sync::Arc::new(FakeIssuer::start().await);
+    let (metadata, minted) = fake_metadata(google.clone(), 3600).await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let jwks = google.jwks_url();
+    let server = Server::start_with(
+        state.path(),
+        None,
+        &[
+            ("FLOWGATE_AUTH_MODE", "google-id-token"),
+            ("FLOWGATE_AUTH_AUDIENCE", SERVICE),
+            ("FLOWGATE_AUTH_JWKS_URL", &jwks),
+            ("FLOWGATE_AUTH_ALLOWED", "runner@p.iam.gserviceaccount.com"),
+        ],
+        None,
+    );
+    let cache = tempfile::tempdir().expect("tempdir");
+    let helper = |format: &str| {
+        let out = std::process::Command::new("python3")
+            .arg(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../deploy/cloudrun/id-token-header"),
+            )
+            .args([
+                "--audience",
+                SERVICE,
+                "--source",
+                "metadata",
+                "--format",
+                format,
+            ])
+            .env("GCE_METADATA_HOST", &metadata)
+            .env("XDG_CACHE_HOME", cache.path())
+            .output()
+            .expect("run id-token-header");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let headers: Value = serde_json::from_str(&helper("json")).expect("a JSON object of headers");
+    let authorization = headers["Authorization"]
+        .as_str()
+        .expect("Authorization")
+        .to_owned();
+    assert!(authorization.starts_with("Bearer "), "{headers}");
+    assert_eq!(minted.load(Ordering::SeqCst), 1);
+    let (status, body) = post(
+        &server.url,
+        &[("authorization", &authorization)],
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "the helper's header gets in: {body}");
+
+    // A second run (the client connecting again) reuses the token: no second mint.
+    assert_eq!(helper("header"), format!("Authorization: {authorization}"));
+    assert_eq!(
+        minted.load(Ordering::SeqCst),
+        1,
+        "the cached token is reused"
+    );
+    let cached: Vec<std::path::PathBuf> = std::fs::read_dir(cache.path().join("flowgate"))
+        .expect("the cache folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&cached[0])
+        .expect("metadata")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "the cached token is private: {mode:o}");
+
+    // A cached token with four minutes left is not handed out: a fresh one is minted.
+    let mut soon = claims(
+        "https://accounts.google.com",
+        SERVICE,
+        "runner@p.iam.gserviceaccount.com",
+    );
+    soon["exp"] = json!(chrono::Utc::now().timestamp() + 240);
+    std::fs::write(&cached[0], google.sign_rs256(&soon)).expect("age the cache");
+    let fresh = helper("token");
+    assert_eq!(
+        minted.load(Ordering::SeqCst),
+        2,
+        "refreshed before it expires"
+    );
+    let (status, body) = post(
+        &server.url,
+        &[("authorization", &format!("Bearer {fresh}"))],
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}

@@ -801,14 +801,21 @@ async fn tasks_result_holds_end_before_the_deadline_and_resume() {
 #[tokio::test]
 async fn a_buffered_tasks_result_ends_at_the_question() {
     let state = tempfile::tempdir().expect("tempdir");
-    let manifest = repo().join("tests/clients/tools.yaml");
+    // Shipped inside the function's files (the task root is /var/task), as a deployment ships
+    // it: a path into the checkout would name the sandbox's private /tmp when the checkout is
+    // under /tmp.
+    std::fs::copy(
+        repo().join("tests/clients/tools.yaml"),
+        state.path().join("tools.yaml"),
+    )
+    .expect("ship the manifest");
     let lambda = Lambda::start_with(
         state.path(),
         Config {
             timeout_secs: 20.0,
             env: vec![
                 ("FLOWGATE_AUTH_MODE".into(), "aws-iam".into()),
-                ("FLOWGATE_MANIFEST".into(), manifest.display().to_string()),
+                ("FLOWGATE_MANIFEST".into(), "/var/task/tools.yaml".into()),
             ],
             ..Config::default()
         },

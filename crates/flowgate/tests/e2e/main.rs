@@ -8,6 +8,7 @@ mod bad_input;
 mod conformance;
 mod deploy;
 mod dialect_2025;
+mod first_day;
 mod github_actions;
 mod gitlab_ci;
 mod google_identity;
