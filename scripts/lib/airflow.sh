@@ -8,7 +8,8 @@
 #
 # Installs Airflow into .venv-airflow (git-ignored) on first use. PostgreSQL, not SQLite: with
 # two writes in flight SQLite answers "database is locked" and the scheduler exits. Everything
-# lives in one temporary folder ($airflow_home); output goes to target/airflow-*.log.
+# lives in one temporary folder ($airflow_home); output goes to target/airflow-*.log. Its DAGs
+# folder links tests/fakes/airflow/dags/*.py and examples/airflow/*.py.
 
 airflow_version=3.3.2
 airflow_pids=()
@@ -53,17 +54,21 @@ start_airflow() {
   airflow_pg_dir=$airflow_home/pg
   createdb -h 127.0.0.1 -p "$pg_port" -U "$pg_user" airflow
 
-  # The test account (SimpleAuthManager): its password comes from the passwords file.
+  # The test account (SimpleAuthManager) has the role `flowgate policy` says a tool's user needs,
+  # so every test shows that role is enough; its password comes from the passwords file.
   local password
   password=$(python3 -c 'import secrets; print(secrets.token_hex(12))')
   printf '{"flowgate": "%s"}' "$password" >"$airflow_home/passwords.json"
   export AIRFLOW_HOME=$airflow_home
-  export AIRFLOW__CORE__DAGS_FOLDER=$PWD/tests/fakes/airflow/dags
+  # The test DAGs and the example's DAG (examples/airflow), linked into one folder.
+  mkdir -p "$airflow_home/dags"
+  ln -s "$PWD"/tests/fakes/airflow/dags/*.py "$PWD"/examples/airflow/*.py "$airflow_home/dags/"
+  export AIRFLOW__CORE__DAGS_FOLDER=$airflow_home/dags
   export AIRFLOW__CORE__LOAD_EXAMPLES=False
   export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
   export AIRFLOW__CORE__PARALLELISM=4
   export AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$api_port/execution/
-  export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=flowgate:admin
+  export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=flowgate:user
   export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=$airflow_home/passwords.json
   export AIRFLOW__API__BASE_URL=http://127.0.0.1:$api_port
   export AIRFLOW__API__PORT=$api_port
@@ -119,7 +124,7 @@ PY
 }
 
 # The DAG ids start_airflow waits for.
-AIRFLOW_DAGS_EXPECTED="flowgate_hello flowgate_fails flowgate_slow flowgate_approval flowgate_form flowgate_timeout flowgate_retry flowgate_paused"
+AIRFLOW_DAGS_EXPECTED="flowgate_hello flowgate_fails flowgate_slow flowgate_approval flowgate_form flowgate_timeout flowgate_retry flowgate_paused release_approval"
 
 stop_airflow() {
   local pid

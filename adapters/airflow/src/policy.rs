@@ -9,8 +9,8 @@ use crate::AirflowTarget;
 
 /// The resource permissions of Airflow's FAB auth manager each tool's calls use, on the DAG
 /// (`DAG:<dag_id>`, or every DAG): triggering and marking runs, reading task instances, logs
-/// and XComs, answering human-in-the-loop steps.
-const PERMISSIONS: [(&str, &str, &str); 8] = [
+/// and XComs, reading and answering human-in-the-loop steps (`HITL Detail`, Airflow 3.1+).
+const PERMISSIONS: [(&str, &str, &str); 9] = [
     ("can_read", "DAGs", "the DAG: whether it is paused"),
     ("can_create", "DAG Runs", "start: trigger a run"),
     ("can_read", "DAG Runs", "get, list: read runs"),
@@ -31,8 +31,13 @@ const PERMISSIONS: [(&str, &str, &str); 8] = [
     ),
     ("can_read", "XComs", "get: the result task's XCom"),
     (
+        "can_read",
+        "HITL Detail",
+        "get: the questions of waiting steps",
+    ),
+    (
         "can_edit",
-        "Task Instances",
+        "HITL Detail",
         "respond: answer a human-in-the-loop step",
     ),
 ];
@@ -64,6 +69,7 @@ pub fn permissions(targets: &[AirflowTarget]) -> Value {
                         "for": why,
                     })).collect::<Vec<_>>(),
                     "simple_auth_manager_role": "user (triggers, marks and answers; viewer cannot)",
+                    "assigned_users": "a step that names assigned_users is answered only by them: include the flowgate user",
                     "airflow_version": "3.1 or later (human-in-the-loop steps); 3.3 parks a waiting step in awaiting_input",
                 })
             })
