@@ -94,7 +94,8 @@ start_airflow() {
   FLOWGATE_TEST_AIRFLOW_USERNAME=flowgate
   FLOWGATE_TEST_AIRFLOW_PASSWORD=$password
   export FLOWGATE_TEST_AIRFLOW_URL FLOWGATE_TEST_AIRFLOW_USERNAME FLOWGATE_TEST_AIRFLOW_PASSWORD
-  # Ready when the API is healthy and the DAG processor has parsed every test DAG.
+  # Ready when the API is healthy and the DAG processor has parsed every test DAG (and the one
+  # broken on purpose, flowgate_broken.py, shows as an import error).
   python3 - "$FLOWGATE_TEST_AIRFLOW_URL" "$password" "$AIRFLOW_DAGS_EXPECTED" <<'PY' || {
 import json, sys, time, urllib.request
 base, password, wanted = sys.argv[1], sys.argv[2], set(sys.argv[3].split())
@@ -110,7 +111,11 @@ while time.time() < deadline:
         req = urllib.request.Request(base + "/api/v2/dags?limit=100",
                                      headers={"Authorization": "Bearer " + token})
         have = {d["dag_id"] for d in json.load(urllib.request.urlopen(req, timeout=5))["dags"]}
-        if wanted <= have:
+        req = urllib.request.Request(base + "/api/v2/importErrors",
+                                     headers={"Authorization": "Bearer " + token})
+        broken = {i["filename"].rsplit("/", 1)[-1]
+                  for i in json.load(urllib.request.urlopen(req, timeout=5))["import_errors"]}
+        if wanted <= have and "flowgate_broken.py" in broken:
             sys.exit(0)
         last = f"DAGs so far: {sorted(have)}"
     except Exception as e:  # not up yet

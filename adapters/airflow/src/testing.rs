@@ -158,6 +158,10 @@ struct ProxyState {
     read_fault: Mutex<Option<u32>>,
     faults: AtomicU64,
     lost: AtomicU64,
+    /// Answer every request 401 while its token is the one refused (a token that expired).
+    refuse_token: Mutex<Option<String>>,
+    /// Answer everything 503 (Airflow down).
+    down: AtomicBool,
 }
 
 /// A proxy in front of Airflow that stages transient faults; stops with the test's runtime.
@@ -181,6 +185,8 @@ impl FaultProxy {
             read_fault: Mutex::new(None),
             faults: AtomicU64::new(0),
             lost: AtomicU64::new(0),
+            refuse_token: Mutex::new(None),
+            down: AtomicBool::new(false),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -201,6 +207,21 @@ impl FaultProxy {
             self.state.faults.load(Ordering::SeqCst),
             self.state.lost.load(Ordering::SeqCst),
         )
+    }
+
+    /// From now on answers 401 to every request bearing the token of the next request that
+    /// bears one, as Airflow does once a token expires.
+    pub fn expire_next_token(&self) {
+        *self
+            .state
+            .refuse_token
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(String::new());
+    }
+
+    /// Takes Airflow down (every request answers 503) or brings it back.
+    pub fn set_down(&self, down: bool) {
+        self.state.down.store(down, Ordering::SeqCst);
     }
 
     /// The conformance suite's lost-answer hook: the next trigger reaches Airflow and its
@@ -237,6 +258,25 @@ async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Resp
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_default();
+    if state.down.load(Ordering::SeqCst) {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "Airflow is down (staged)");
+    }
+    if let Some(token) = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+    {
+        let mut refused = state.refuse_token.lock().unwrap_or_else(|e| e.into_inner());
+        if refused.as_deref() == Some("") {
+            *refused = Some(token.to_owned());
+        }
+        if refused.as_deref() == Some(token) {
+            return plain(
+                StatusCode::UNAUTHORIZED,
+                "Invalid JWT token (staged: expired)",
+            );
+        }
+    }
     if method == axum::http::Method::GET {
         let mut armed = state.read_fault.lock().unwrap_or_else(|e| e.into_inner());
         match *armed {

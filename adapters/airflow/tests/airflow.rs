@@ -379,3 +379,66 @@ async fn a_run_id_taken_by_another_run_is_not_this_calls() {
         .expect("list");
     assert!(listed.iter().all(|s| s.execution != run), "{listed:?}");
 }
+
+/// A DAG whose file Airflow cannot import is an operator error naming the file and its error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dag_file_that_does_not_import_is_named() {
+    let airflow = TestAirflow::get();
+    let engine = airflow.engine("flowgate_broken", json!({}));
+    match engine.start(request(json!({}))).await {
+        Err(EngineError::Misconfigured { message, .. }) => assert!(
+            message.contains("flowgate_broken.py") && message.contains("broken on purpose"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An expired token is renewed with the password once Airflow refuses it; the call goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_token_is_renewed() {
+    let airflow = TestAirflow::get();
+    let proxy = FaultProxy::start(&airflow.url).await;
+    let engine = airflow.engine_at(
+        &proxy.url,
+        "flowgate_hello",
+        json!({"result_task": "greet"}),
+    );
+    let run = engine
+        .start(request(json!({"name": "Tok"})))
+        .await
+        .expect("start")
+        .execution;
+    proxy.expire_next_token();
+    let done = until(&engine, &run, |r| r.state.is_terminal()).await;
+    assert_eq!(done.output, Some(json!({"greeting": "hello Tok"})));
+}
+
+/// While Airflow is down every read is a retryable error (the task stays as it was); when it
+/// is back the run is read to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airflow_down_keeps_the_task_as_it_was() {
+    let airflow = TestAirflow::get();
+    let proxy = FaultProxy::start(&airflow.url).await;
+    let engine = airflow.engine_at(
+        &proxy.url,
+        "flowgate_hello",
+        json!({"result_task": "greet"}),
+    );
+    let run = engine
+        .start(request(json!({"name": "Down"})))
+        .await
+        .expect("start")
+        .execution;
+    proxy.set_down(true);
+    for _ in 0..5 {
+        let got = engine.get(&run).await;
+        assert!(matches!(&got, Err(e) if e.is_retryable()), "{got:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let cancel = engine.cancel(&run).await;
+    assert!(matches!(&cancel, Err(e) if e.is_retryable()), "{cancel:?}");
+    proxy.set_down(false);
+    let done = until(&engine, &run, |r| r.state.is_terminal()).await;
+    assert_eq!(done.output, Some(json!({"greeting": "hello Down"})));
+}

@@ -44,7 +44,9 @@ with DAG("flowgate_fails", **COMMON):
     @task(task_id="load", retries=0)
     def load(_ready, dag_run=None):
         day = (dag_run.conf or {}).get("day", "today")
-        print(f"loading the rows of {day}")
+        # Flushed: a task's stdout reaches Airflow's log through a pipe, buffered until the
+        # process exits otherwise, and then lands after the exception in the log's order.
+        print(f"loading the rows of {day}", flush=True)
         raise ValueError(f"no rows for {day}")
 
     load(prepare())
