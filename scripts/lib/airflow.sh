@@ -129,7 +129,7 @@ PY
 }
 
 # The DAG ids start_airflow waits for.
-AIRFLOW_DAGS_EXPECTED="flowgate_hello flowgate_fails flowgate_slow flowgate_approval flowgate_form flowgate_timeout flowgate_retry flowgate_paused release_approval"
+AIRFLOW_DAGS_EXPECTED="flowgate_hello flowgate_fails flowgate_slow flowgate_approval flowgate_form flowgate_timeout flowgate_retry flowgate_paused flowgate_run_timeout release_approval"
 
 stop_airflow() {
   local pid

@@ -399,6 +399,18 @@ impl Api {
         .map(|_| ())
     }
 
+    /// The DAG's `dagrun_timeout` (an ISO 8601 duration such as `PT4S`), if it has one.
+    pub(crate) async fn run_timeout(&self) -> Result<Option<String>, EngineError> {
+        let url = format!("{}/details", self.dag_url);
+        let details: Value = self
+            .json(Method::GET, &url, "get DAG details", |r| r)
+            .await?;
+        Ok(details
+            .get("dag_run_timeout")
+            .and_then(Value::as_str)
+            .map(str::to_owned))
+    }
+
     pub(crate) async fn dag(&self) -> Result<Dag, EngineError> {
         self.json(Method::GET, &self.dag_url, "get DAG", |r| r)
             .await

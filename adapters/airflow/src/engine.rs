@@ -265,6 +265,38 @@ impl AirflowEngine {
             .iter()
             .min_by_key(|t| t.end_date.unwrap_or(DateTime::<Utc>::MAX_UTC))
         else {
+            // No task failed: the scheduler failed the run for outliving its dagrun_timeout
+            // (and skipped what had not finished), or someone marked it failed.
+            if run.note.is_none()
+                && let (Some(start), Some(end)) = (run.start_date, run.end_date)
+                && let Some(timeout) = self
+                    .api
+                    .run_timeout()
+                    .await?
+                    .as_deref()
+                    .and_then(mapping::duration)
+                && (end - start).to_std().unwrap_or_default() >= timeout
+            {
+                let stopped: Vec<&str> = tasks
+                    .iter()
+                    .filter(|t| t.state() == "skipped")
+                    .map(|t| t.task_id.as_str())
+                    .collect();
+                return Ok(EngineFailure {
+                    error: format!(
+                        "the run exceeded its dagrun_timeout of {} s",
+                        timeout.as_secs_f64()
+                    ),
+                    cause: Some(format!(
+                        "Airflow failed the run and stopped its unfinished tasks ({})",
+                        if stopped.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            stopped.join(", ")
+                        }
+                    )),
+                });
+            }
             return Ok(EngineFailure {
                 error: "DAG run failed".into(),
                 cause: Some(match run.note.as_deref() {

@@ -323,6 +323,32 @@ pub(crate) fn log_tail(entries: &[Value], lines: usize) -> String {
     out[skip..].join("\n")
 }
 
+/// An ISO 8601 duration as Airflow writes a timedelta (`PT4S`, `P1DT2H30M`, `PT0.5S`).
+pub(crate) fn duration(text: &str) -> Option<std::time::Duration> {
+    let rest = text.strip_prefix('P')?;
+    let (days, time) = match rest.split_once('T') {
+        Some((d, t)) => (d, t),
+        None => (rest, ""),
+    };
+    let mut seconds = 0f64;
+    let mut read = |part: &str, units: &[(char, f64)]| -> Option<()> {
+        let mut number = String::new();
+        for c in part.chars() {
+            if c.is_ascii_digit() || c == '.' {
+                number.push(c);
+            } else {
+                let (_, scale) = units.iter().find(|(u, _)| *u == c)?;
+                seconds += number.parse::<f64>().ok()? * scale;
+                number.clear();
+            }
+        }
+        number.is_empty().then_some(())
+    };
+    read(days, &[('W', 604_800.0), ('D', 86_400.0)])?;
+    read(time, &[('H', 3_600.0), ('M', 60.0), ('S', 1.0)])?;
+    std::time::Duration::try_from_secs_f64(seconds).ok()
+}
+
 /// The exception a task's log ends with (`ValueError: no rows for ...`).
 pub(crate) fn exception(entries: &[Value]) -> Option<String> {
     entries.iter().rev().find_map(|e| {
@@ -439,6 +465,16 @@ mod tests {
             .is_err()
         );
         assert!(answer(&single, "Reject", &Map::new()).is_err());
+    }
+
+    #[test]
+    fn durations_as_airflow_writes_them() {
+        use std::time::Duration;
+        assert_eq!(duration("PT4S"), Some(Duration::from_secs(4)));
+        assert_eq!(duration("P1DT2H30M"), Some(Duration::from_secs(95_400)));
+        assert_eq!(duration("PT0.5S"), Some(Duration::from_millis(500)));
+        assert_eq!(duration("4 seconds"), None);
+        assert_eq!(duration("PT4"), None);
     }
 
     #[test]

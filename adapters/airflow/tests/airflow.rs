@@ -442,3 +442,26 @@ async fn airflow_down_keeps_the_task_as_it_was() {
     let done = until(&engine, &run, |r| r.state.is_terminal()).await;
     assert_eq!(done.output, Some(json!({"greeting": "hello Down"})));
 }
+
+/// A run that outlives its DAG's `dagrun_timeout` fails saying so, naming what was stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_dagrun_timeout_fails_saying_so() {
+    let airflow = TestAirflow::get();
+    let engine = airflow.engine("flowgate_run_timeout", json!({}));
+    let run = engine
+        .start(request(json!({})))
+        .await
+        .expect("start")
+        .execution;
+    let done = until(&engine, &run, |r| r.state.is_terminal()).await;
+    assert_eq!(done.state, TaskState::Failed, "{done:?}");
+    let failure = done.failure.expect("failure");
+    assert_eq!(failure.error, "the run exceeded its dagrun_timeout of 4 s");
+    assert!(
+        failure
+            .cause
+            .as_deref()
+            .is_some_and(|c| c.contains("linger")),
+        "{failure:?}"
+    );
+}

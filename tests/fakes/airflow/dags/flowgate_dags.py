@@ -14,6 +14,7 @@ Each reads its arguments from the run's ``conf`` and returns its result as the X
   ``after`` returns {"chosen": [...]}.
 - flowgate_retry: ``flaky`` fails its first try and succeeds on its second.
 - flowgate_paused: paused by the test that checks a paused DAG is named.
+- flowgate_run_timeout: ``linger`` sleeps past the run's 4 s ``dagrun_timeout``.
 """
 
 import time
@@ -135,3 +136,13 @@ with DAG("flowgate_paused", **COMMON):
         return {}
 
     noop()
+
+
+# A run that outlives its dagrun_timeout: the scheduler fails the run and stops its task.
+with DAG("flowgate_run_timeout", dagrun_timeout=timedelta(seconds=4), **COMMON):
+
+    @task(task_id="linger")
+    def linger():
+        time.sleep(120)
+
+    linger()
