@@ -32,9 +32,15 @@ install_airflow() {
 start_airflow() {
   install_airflow
   local venv=$PWD/.venv-airflow
-  command -v initdb >/dev/null && command -v pg_ctl >/dev/null || {
-    echo "PostgreSQL's initdb and pg_ctl are missing: apt-get install postgresql (and put its bin folder on PATH)" >&2
-    return 1; }
+  # Debian's postgresql package keeps initdb and pg_ctl in /usr/lib/postgresql/<version>/bin.
+  if ! command -v initdb >/dev/null || ! command -v pg_ctl >/dev/null; then
+    local pg_bin
+    pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] || {
+      echo "PostgreSQL's initdb and pg_ctl are missing: apt-get install postgresql" >&2
+      return 1; }
+    PATH=$pg_bin:$PATH
+  fi
   mkdir -p target
   airflow_home=$(mktemp -d /tmp/flowgate-airflow.XXXXXX)
   chmod 755 "$airflow_home"
