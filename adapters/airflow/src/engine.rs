@@ -616,4 +616,26 @@ mod task_ids {
                 .is_none()
         );
     }
+
+    #[test]
+    fn credentials_never_print() {
+        let config = json!({"base_url": "http://af", "dag_id": "d"});
+        let target = AirflowTarget::from_config(
+            config.as_object().expect("object"),
+            &serde_json::Map::new(),
+        )
+        .expect("target");
+        let engine = AirflowEngine::with_password(
+            target,
+            &HttpConfig::default(),
+            Secret::new("the-user"),
+            Secret::new("hunter2-password"),
+        )
+        .expect("engine");
+        let shown = format!("{engine:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("the-user"),
+            "{shown}"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! Airflow tools through the whole server, against the real Airflow scripts/test starts
 //! (scripts/lib/airflow.sh): the example manifest (`examples/airflow/tools.yaml`) runs its
-//! approval DAG to completion, the approval answered over MCP with `tasks/update`; and
-//! `flowgate policy` names what the Airflow user needs.
+//! approval DAG to completion, the approval answered over MCP with `tasks/update` by another
+//! server process than the one that asked; and `flowgate policy` names what the Airflow user
+//! needs.
 
 use flowgate_airflow::testing::{PASSWORD_ENV, TestAirflow, USERNAME_ENV};
 use rmcp::model::TaskStatus;
@@ -36,8 +37,8 @@ async fn the_example_approval_dag_runs_to_completion_answered_over_mcp() {
     let airflow = TestAirflow::get();
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = example_manifest(dir.path(), &airflow.url);
-    let server = Server::start(dir.path(), Some(&manifest));
-    let client = http_client(&server.url, true).await;
+    let mut first = Server::start(dir.path(), Some(&manifest));
+    let client = http_client(&first.url, true).await;
     let task = start_task(
         &client,
         "release",
@@ -64,7 +65,12 @@ async fn the_example_approval_dag_runs_to_completion_answered_over_mcp() {
             .contains("Release web 1.2.3 to production?"),
         "{question}"
     );
-    // Answered the moment it is asked: flowgate holds the answer back until Airflow takes it.
+    // Another server process (same handle keys, no shared state) answers it.
+    drop(client);
+    first.kill();
+    let second = Server::start(dir.path(), Some(&manifest));
+    let client = http_client(&second.url, true).await;
+    // Answered at once (an answer that comes too soon is held back until Airflow takes it).
     answer(
         &client,
         &task,
