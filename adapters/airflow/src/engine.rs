@@ -368,13 +368,23 @@ impl Engine for AirflowEngine {
         Capabilities::all()
     }
 
-    /// The DAG, on its Airflow: a run id (its locator, whole) is unique there.
+    /// The DAG, on its Airflow: a run id is unique there.
     fn reference_scope(&self) -> String {
         format!("{}/dags/{}", self.target.base_url, self.target.dag_id)
     }
 
+    /// The call key in the run id (`flowgate-` is the same in every run flowgate starts): 32
+    /// hex digits pack into 16 bytes, where the whole id would take 31.
     fn locator<'a>(&self, execution: &'a ExecutionRef) -> Option<&'a str> {
-        mapping::is_run_id(&execution.0).then_some(execution.0.as_str())
+        if mapping::is_run_id(&execution.0) {
+            execution.0.strip_prefix(mapping::RUN_PREFIX)
+        } else {
+            None
+        }
+    }
+
+    fn reference_at(&self, locator: &str) -> ExecutionRef {
+        ExecutionRef(format!("{}{locator}", mapping::RUN_PREFIX))
     }
 
     fn pacing(&self) -> Option<Duration> {
@@ -607,6 +617,11 @@ mod task_ids {
         let execution = engine.execution_for(&request).expect("a run id");
         let locator = engine.locator(&execution).expect("a run flowgate starts");
         assert_eq!(engine.reference_at(locator), execution);
+        assert_eq!(
+            flowgate_core::handle::packed_len(locator),
+            17,
+            "hex, packed"
+        );
         let length = flowgate_core::handle::task_id_fits(locator).expect("fits");
         assert!(length <= flowgate_core::handle::ID_MAX, "{length}");
         assert!(engine.reference_scope().ends_with(&dag));

@@ -16,6 +16,9 @@
 //! failed -> failed (the failing task, its exception and its log's end), cancelled when
 //! flowgate's note says it cancelled the run; anything else -> unknown.
 //!
+//! **Task ids.** The tool's scope is the Airflow URL and the DAG id; a task id carries the call
+//! key of the run id (32 hex digits, 17 packed bytes), and `flowgate-` is put back.
+//!
 //! **Exactly-once starts.** The call's key names the run, so a retried start, from any server
 //! process, meets Airflow's 409 for that id. Airflow does not compare `conf` then, so the run
 //! it finds is this call's only if its `conf.flowgate.key` is the call's key.
