@@ -14,7 +14,8 @@ use crate::setup;
         feature = "stepfunctions",
         feature = "google-workflows",
         feature = "gitlab-ci",
-        feature = "github-actions"
+        feature = "github-actions",
+        feature = "airflow"
     )),
     allow(dead_code)
 )]
@@ -79,6 +80,17 @@ fn permissions(manifest: &Manifest) -> Result<Map<String, Value>, ManifestError>
         )?;
         if !gh.is_empty() {
             out.insert("github".into(), flowgate_github_actions::permissions(&gh));
+        }
+    }
+    #[cfg(feature = "airflow")]
+    {
+        let af = targets(
+            manifest,
+            flowgate_airflow::KIND,
+            flowgate_airflow::AirflowTarget::from_manifest,
+        )?;
+        if !af.is_empty() {
+            out.insert("airflow".into(), flowgate_airflow::permissions(&af));
         }
     }
     if manifest.tools.iter().any(|t| t.target.engine == "local") {

@@ -17,7 +17,8 @@ pub(crate) const BUNDLED_MANIFEST: &str = include_str!("../../../examples/flowga
         feature = "stepfunctions",
         feature = "google-workflows",
         feature = "gitlab-ci",
-        feature = "github-actions"
+        feature = "github-actions",
+        feature = "airflow"
     )),
     allow(unused_mut)
 )]
@@ -39,6 +40,8 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
     flowgate_gitlab_ci::register(&mut registry);
     #[cfg(feature = "github-actions")]
     flowgate_github_actions::register(&mut registry);
+    #[cfg(feature = "airflow")]
+    flowgate_airflow::register(&mut registry);
     #[cfg(not(feature = "local"))]
     let _ = state_dir;
     registry

@@ -26,10 +26,11 @@ fn cases(default: u32) -> proptest::test_runner::Config {
 }
 
 /// Valid manifests to start edits from: the bundled examples and one using every key.
-const SEEDS: [&str; 5] = [
+const SEEDS: [&str; 6] = [
     include_str!("../../../../examples/flowgate.yaml"),
     include_str!("../../../../examples/stepfunctions/tools.yaml"),
     include_str!("../../../../examples/gitlab-ci/tools.yaml"),
+    include_str!("../../../../examples/airflow/tools.yaml"),
     r#"
 default_scopes: [jobs.run]
 tools:

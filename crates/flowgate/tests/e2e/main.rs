@@ -3,6 +3,7 @@
 //!
 //! One test binary with modules, because each file under `tests/` links its own binary.
 
+mod airflow;
 mod audit;
 mod bad_input;
 mod conformance;
