@@ -15,6 +15,10 @@ pub struct LocalConfig {
     /// The `flowgate` binary, put first on the command's `PATH` so `flowgate ask` and
     /// `flowgate status` work inside scripts.
     pub flowgate_bin: Option<PathBuf>,
+    /// The program each run is supervised by: the flowgate binary, which acts as a supervisor
+    /// when given [`crate::SUPERVISE_ARG`] first (module `supervisor`). Without one the engine
+    /// cannot start commands, and says so.
+    pub supervisor: Option<PathBuf>,
 }
 
 /// One tool's command, from its manifest `target` block.
@@ -34,6 +38,42 @@ pub struct LocalTarget {
     /// The working folder (relative to the manifest's folder); the manifest's folder by default.
     #[serde(default)]
     pub working_dir: Option<PathBuf>,
+    /// What happens to processes the command started that are still running when it ends by
+    /// itself (a daemon it detached, a child it did not wait for): `kill` (the default) ends
+    /// them before the run reads finished; `leave` lets them run on, for a tool whose job is to
+    /// start a service. A cancel ends them either way.
+    #[serde(default)]
+    pub leftover_processes: LeftoverProcesses,
+}
+
+/// The manifest's `leftover_processes`: whether a run that ends by itself ends what it leaves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeftoverProcesses {
+    /// Every process the run started is ended when the command ends (the default).
+    #[default]
+    Kill,
+    /// Processes the command leaves running when it ends by itself run on.
+    Leave,
+}
+
+impl LeftoverProcesses {
+    /// The word the supervisor is given (module `supervisor`).
+    pub(crate) fn as_arg(self) -> &'static str {
+        match self {
+            LeftoverProcesses::Kill => "kill",
+            LeftoverProcesses::Leave => "leave",
+        }
+    }
+
+    /// The setting named by [`Self::as_arg`].
+    pub(crate) fn from_arg(arg: &str) -> Option<Self> {
+        match arg {
+            "kill" => Some(LeftoverProcesses::Kill),
+            "leave" => Some(LeftoverProcesses::Leave),
+            _ => None,
+        }
+    }
 }
 
 /// The server's variables every command gets (when the server has them): enough to find

@@ -29,6 +29,7 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
         flowgate_local::LocalConfig {
             state_dir: state_dir.to_owned(),
             flowgate_bin: std::env::current_exe().ok(),
+            supervisor: std::env::current_exe().ok(),
         },
     );
     #[cfg(feature = "stepfunctions")]

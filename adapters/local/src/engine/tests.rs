@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use flowgate_core::conformance::{Case, Fixture, run_all};
 use flowgate_core::{Engine, ExecutionRef, StartRequest, TaskState};
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use super::*;
@@ -14,14 +15,34 @@ fn engine(state: &std::path::Path, script: &str) -> LocalEngine {
     let config = Arc::new(LocalConfig {
         state_dir: state.to_owned(),
         flowgate_bin: None,
+        supervisor: Some(supervisor_program()),
     });
     let target = LocalTarget {
         command: vec!["/bin/sh".into(), "-c".into(), script.into()],
         env: Default::default(),
         env_passthrough: Vec::new(),
         working_dir: None,
+        leftover_processes: Default::default(),
     };
     LocalEngine::new(config, target)
+}
+
+/// The crate's supervisor program (`src/bin`), which cargo builds next to the test binaries'
+/// folder for `cargo test -p flowgate-local` (the crate has integration tests, so its programs
+/// are built for them).
+pub(crate) fn supervisor_program() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let program = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the target folder")
+        .join("flowgate-local-supervisor");
+    assert!(
+        program.is_file(),
+        "{} is not built: run the crate's tests with `cargo test -p flowgate-local`",
+        program.display()
+    );
+    program
 }
 
 fn case(state: &std::path::Path, script: &str) -> Case {
