@@ -213,4 +213,20 @@ mod tests {
         let e = parse(json!({"command": []})).expect_err("empty");
         assert!(e.contains("command"), "{e}");
     }
+
+    #[test]
+    fn leftover_processes_are_killed_unless_the_tool_says_leave() {
+        let t = parse(json!({"command": ["x"]})).expect("ok");
+        assert_eq!(t.leftover_processes, LeftoverProcesses::Kill);
+        let t = parse(json!({"command": ["x"], "leftover_processes": "leave"})).expect("ok");
+        assert_eq!(t.leftover_processes, LeftoverProcesses::Leave);
+        let e = parse(json!({"command": ["x"], "leftover_processes": "keep"})).expect_err("bad");
+        assert!(
+            e.contains("leftover_processes") || e.contains("keep"),
+            "{e}"
+        );
+        for setting in [LeftoverProcesses::Kill, LeftoverProcesses::Leave] {
+            assert_eq!(LeftoverProcesses::from_arg(setting.as_arg()), Some(setting));
+        }
+    }
 }

@@ -39,7 +39,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -182,30 +182,20 @@ fn supervise(args: &[OsString]) -> ExitCode {
         ));
     }
     let me = std::process::id() as i32;
-    let spawned = streams(run).and_then(|(stdin, stdout, stderr)| {
-        let spawn = |mut command: Command| {
-            command
-                .stdin(stdin.try_clone()?)
-                .stdout(stdout.try_clone()?)
-                .stderr(stderr.try_clone()?)
-                .spawn()
-        };
-        let mut command = Command::new(&argv[0]);
-        command.args(&argv[1..]);
-        match spawn(command) {
+    let spawned = streams(run).and_then(|streams| {
+        match spawn(argv, &streams, &mask) {
             // A script without a `#!` line: run by the shell, as a shell would (and as the
             // shell supervisor before this one did).
             Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOEXEC as i32) => {
-                let mut command = Command::new("/bin/sh");
-                command.args(argv);
-                spawn(command)
+                let mut with_shell = vec![OsString::from("/bin/sh")];
+                with_shell.extend(argv.iter().cloned());
+                spawn(&with_shell, &streams, &mask)
             }
             spawned => spawned,
         }
     });
     let code = match spawned {
-        Ok(child) => {
-            let pid = child.id() as i32;
+        Ok(pid) => {
             let mut code = None;
             let cancelled = wait(&signals, pid, &mut code);
             let mut left = Vec::new();
@@ -242,6 +232,53 @@ fn supervise(args: &[OsString]) -> ExitCode {
     };
     let _ = write_atomic(&run.join("exit"), format!("{code}\n").as_bytes());
     ExitCode::from(u8::try_from(code).unwrap_or(255))
+}
+
+/// Starts `argv` (its program looked up on `PATH`) with `streams` as its standard input, output
+/// and error, and the supervisor's environment; returns its pid.
+///
+/// Through `posix_spawn`, because the command must not start with what the supervisor set up
+/// for itself: the signals it takes from a signalfd (`blocked`) are blocked in it, a mask that
+/// `exec` keeps and that the standard library's `Command` leaves as it is (a shell whose
+/// SIGCHLD is blocked waits forever in `wait`); they, and SIGPIPE (which the Rust runtime
+/// ignores), start unblocked and at their default action.
+fn spawn(argv: &[OsString], streams: &(File, File, File), blocked: &SigSet) -> io::Result<i32> {
+    use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawnp};
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let c_string = |bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+    };
+    let args = argv
+        .iter()
+        .map(|a| c_string(a.as_bytes()))
+        .collect::<io::Result<Vec<_>>>()?;
+    let env = std::env::vars_os()
+        .map(|(name, value)| {
+            let mut var = name.as_bytes().to_vec();
+            var.push(b'=');
+            var.extend_from_slice(value.as_bytes());
+            c_string(&var)
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    let Some(program) = args.first() else {
+        return Err(io::ErrorKind::InvalidInput.into());
+    };
+    let mut actions = PosixSpawnFileActions::init()?;
+    let (stdin, stdout, stderr) = streams;
+    actions.add_dup2(stdin.as_raw_fd(), 0)?;
+    actions.add_dup2(stdout.as_raw_fd(), 1)?;
+    actions.add_dup2(stderr.as_raw_fd(), 2)?;
+    let mut attr = PosixSpawnAttr::init()?;
+    let mut defaults = *blocked;
+    defaults.add(Signal::SIGPIPE);
+    attr.set_sigmask(&SigSet::empty())?;
+    attr.set_sigdefault(&defaults)?;
+    attr.set_flags(
+        PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF,
+    )?;
+    Ok(posix_spawnp(program, &actions, &attr, &args, &env)?.as_raw())
 }
 
 /// Opens the run's files as the command's standard streams (stdout emptied, the status file
