@@ -350,10 +350,11 @@ async fn arguments_too_large_for_the_environment_arrive_on_stdin() {
 #[tokio::test]
 async fn the_command_starts_with_signals_as_a_fresh_process_has_them() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = engine(
-        dir.path(),
-        r#"sleep 0.1 & wait; grep -E '^Sig(Blk|Ign)' /proc/$$/status"#,
-    );
+    // The command itself reads its masks: nothing (a shell) between the supervisor and it.
+    let mut e = engine(dir.path(), "unused");
+    e.target.command = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"]
+        .map(String::from)
+        .to_vec();
     let x = start(&e, json!({})).await;
     let r = wait_terminal(&e, &x).await;
     assert_eq!(r.state, TaskState::Completed, "{r:?}");
@@ -378,6 +379,11 @@ async fn the_command_starts_with_signals_as_a_fresh_process_has_them() {
         let bit = 1u64 << (signal as i32 - 1);
         assert_eq!(mask("SigIgn:") & bit, 0, "{signal} is ignored: {text}");
     }
+
+    let e = engine(dir.path(), "sleep 0.1 & wait; echo waited");
+    let x = start(&e, json!({})).await;
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.output, Some(json!("waited")), "{r:?}");
 }
 
 /// A script without a `#!` line runs under `/bin/sh`, as under a shell (and the shell
