@@ -18,7 +18,7 @@ use crate::supervisor::KILL_GRACE;
 
 /// Removes every expired, finished run under `state_dir` and returns how many it removed.
 /// Runs it cannot read are left alone. First it ends the processes of runs whose supervisor
-/// is gone without recording an exit ([`end_orphans`]), so that no run is removed with
+/// is gone without recording an exit (function `end_orphans`), so that no run is removed with
 /// processes of its own still running.
 pub fn sweep_expired_runs(state_dir: &Path) -> usize {
     let ended = end_orphans(state_dir);
