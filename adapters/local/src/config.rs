@@ -15,6 +15,10 @@ pub struct LocalConfig {
     /// The `flowgate` binary, put first on the command's `PATH` so `flowgate ask` and
     /// `flowgate status` work inside scripts.
     pub flowgate_bin: Option<PathBuf>,
+    /// The program each run is supervised by: the flowgate binary, which acts as a supervisor
+    /// when given [`crate::SUPERVISE_ARG`] first (module `supervisor`). Without one the engine
+    /// cannot start commands, and says so.
+    pub supervisor: Option<PathBuf>,
 }
 
 /// One tool's command, from its manifest `target` block.
@@ -34,6 +38,42 @@ pub struct LocalTarget {
     /// The working folder (relative to the manifest's folder); the manifest's folder by default.
     #[serde(default)]
     pub working_dir: Option<PathBuf>,
+    /// What happens to processes the command started that are still running when it ends by
+    /// itself (a daemon it detached, a child it did not wait for): `kill` (the default) ends
+    /// them before the run reads finished; `leave` lets them run on, for a tool whose job is to
+    /// start a service. A cancel ends them either way.
+    #[serde(default)]
+    pub leftover_processes: LeftoverProcesses,
+}
+
+/// The manifest's `leftover_processes`: whether a run that ends by itself ends what it leaves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeftoverProcesses {
+    /// Every process the run started is ended when the command ends (the default).
+    #[default]
+    Kill,
+    /// Processes the command leaves running when it ends by itself run on.
+    Leave,
+}
+
+impl LeftoverProcesses {
+    /// The word the supervisor is given (module `supervisor`).
+    pub(crate) fn as_arg(self) -> &'static str {
+        match self {
+            LeftoverProcesses::Kill => "kill",
+            LeftoverProcesses::Leave => "leave",
+        }
+    }
+
+    /// The setting named by [`Self::as_arg`].
+    pub(crate) fn from_arg(arg: &str) -> Option<Self> {
+        match arg {
+            "kill" => Some(LeftoverProcesses::Kill),
+            "leave" => Some(LeftoverProcesses::Leave),
+            _ => None,
+        }
+    }
 }
 
 /// The server's variables every command gets (when the server has them): enough to find
@@ -172,5 +212,21 @@ mod tests {
         assert!(e.contains("comand"), "{e}");
         let e = parse(json!({"command": []})).expect_err("empty");
         assert!(e.contains("command"), "{e}");
+    }
+
+    #[test]
+    fn leftover_processes_are_killed_unless_the_tool_says_leave() {
+        let t = parse(json!({"command": ["x"]})).expect("ok");
+        assert_eq!(t.leftover_processes, LeftoverProcesses::Kill);
+        let t = parse(json!({"command": ["x"], "leftover_processes": "leave"})).expect("ok");
+        assert_eq!(t.leftover_processes, LeftoverProcesses::Leave);
+        let e = parse(json!({"command": ["x"], "leftover_processes": "keep"})).expect_err("bad");
+        assert!(
+            e.contains("leftover_processes") || e.contains("keep"),
+            "{e}"
+        );
+        for setting in [LeftoverProcesses::Kill, LeftoverProcesses::Leave] {
+            assert_eq!(LeftoverProcesses::from_arg(setting.as_arg()), Some(setting));
+        }
     }
 }

@@ -1,7 +1,6 @@
 //! The [`Engine`] implementation over run folders.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -12,7 +11,7 @@ use flowgate_core::{
     ExecutionSummary, InputRequest, InputResponse, ListFilter, StartRequest, Started, TaskState,
 };
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::killpg;
 use nix::unistd::Pid;
 use serde_json::Value;
 
@@ -21,25 +20,6 @@ use crate::config::BASE_ENV;
 use crate::run_dir::{Meta, RunDir, boot_id, read_small, write_atomic, write_private};
 use crate::state_dir::create_private_dir;
 use crate::{KIND, LocalConfig, LocalTarget};
-
-/// The supervisor: runs the argv given as positional parameters with the run's files as its
-/// standard streams, then records the exit status. On SIGTERM (a cancel) it gives the command
-/// the grace, then SIGKILLs the whole group itself, so the escalation survives the server.
-/// Fixed text; nothing from a call enters it.
-const SUPERVISOR: &str = r#"d=$1; shift
-(umask 077; : >"$d/stdout"; : >"$d/stderr"; : >>"$d/status"; : >"$d/exit.tmp")
-trap 'trap "" TERM; i=0; while kill -0 "$p" 2>/dev/null && [ "$i" -lt 30 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL 0' TERM
-"$@" <"$d/input.json" >"$d/stdout" 2>"$d/stderr" &
-p=$!
-wait "$p"
-c=$?
-printf '%s\n' "$c" >"$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit""#;
-
-/// How long a cancelled command gets between SIGTERM and SIGKILL. The supervisor escalates on
-/// its own (its TERM trap waits 30 x 0.1 s, then kills the group), so a command that ignores
-/// SIGTERM still ends when the server dies within the grace; the server's own escalation below
-/// only backs that up.
-const KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// The local engine bound to one tool's command.
 #[derive(Debug, Clone)]
@@ -408,18 +388,21 @@ impl Engine for LocalEngine {
             })
             .map_err(|e| io_error("cannot write the run record", e))?;
 
-        let mut command = tokio::process::Command::new("/bin/sh");
-        command
-            .arg("-c")
-            .arg(SUPERVISOR)
-            .arg("flowgate-run")
-            .arg(&run.0)
-            .args(&self.target.command)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(false);
+        let Some(supervisor) = &self.config.supervisor else {
+            let _ = std::fs::remove_dir_all(&run.0);
+            return Err(EngineError::Denied {
+                engine: KIND,
+                message: "the local engine has no supervisor program to run commands under \
+                          (the flowgate binary could not be found)"
+                    .into(),
+            });
+        };
+        let mut command = crate::supervisor::command(
+            supervisor,
+            &run.0,
+            self.target.leftover_processes,
+            &self.target.command,
+        );
         self.set_environment(&mut command, &run, &request, &args);
         if let Some(dir) = &self.target.working_dir {
             command.current_dir(dir);
@@ -543,10 +526,12 @@ impl Engine for LocalEngine {
                 record.failure = Some(EngineFailure {
                     error: "the command ended without reporting an exit status".into(),
                     cause: Some(
-                        "its process group was killed from outside flowgate, or the machine restarted"
+                        "its supervisor was killed from outside flowgate, or the machine restarted; \
+                         processes it left are ended by the server"
                             .into(),
                     ),
                 });
+                crate::sweep::end_orphans_of(&run.0);
                 return Ok(record);
             }
             return Box::pin(self.get(execution)).await;
@@ -621,18 +606,7 @@ impl Engine for LocalEngine {
         let Some(pgid) = group_is_ours(&run, &meta) else {
             return Ok(());
         };
-        let group = Pid::from_raw(pgid);
-        let _ = killpg(group, Signal::SIGTERM);
-        tokio::spawn(async move {
-            let deadline = tokio::time::Instant::now() + KILL_GRACE;
-            while tokio::time::Instant::now() < deadline {
-                if !group_alive(pgid) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let _ = killpg(group, Signal::SIGKILL);
-        });
+        crate::supervisor::cancel(pgid, run.0.clone());
         Ok(())
     }
 

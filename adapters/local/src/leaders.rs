@@ -7,7 +7,7 @@
 //! for as long as it is held, and while that process has not terminated its pid cannot be given to
 //! another, so once the leader was proven through it, "the pidfd's process has not terminated" is
 //! the same answer as the full proof, from one `poll`: the leader is alive and is a member of the
-//! group, which is therefore alive. (The leader is flowgate's supervisor script, which never leaves
+//! group, which is therefore alive. (The leader is the run's supervisor, which never leaves
 //! its group.) Once the leader has terminated, the entry is dropped and the caller proves the group
 //! the full way again, so a poll never reports a group alive that the full proof would find gone:
 //! this cache cannot show a state the run has left.

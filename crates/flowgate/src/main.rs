@@ -43,6 +43,11 @@ mod telemetry;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // A run's supervisor (the local engine starts the binary as one): not the CLI.
+    #[cfg(feature = "local")]
+    if let Some(code) = flowgate_local::supervise_if_asked() {
+        return code;
+    }
     // Lambda starts a custom runtime's `bootstrap` without arguments: that means `serve`.
     let cli = if std::env::args_os().len() == 1
         && std::env::var_os(env_vars::LAMBDA_RUNTIME_API).is_some()

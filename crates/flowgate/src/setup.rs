@@ -30,6 +30,10 @@ pub(crate) fn registry(state_dir: &Path) -> Registry {
         flowgate_local::LocalConfig {
             state_dir: state_dir.to_owned(),
             flowgate_bin: std::env::current_exe().ok(),
+            // This very binary, as the kernel holds it: still there, and the same version,
+            // when the file it was started from has been replaced or removed since (an upgrade
+            // in place) and `current_exe` names another program or nothing.
+            supervisor: Some("/proc/self/exe".into()),
         },
     );
     #[cfg(feature = "stepfunctions")]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use flowgate_core::conformance::{Case, Fixture, run_all};
 use flowgate_core::{Engine, ExecutionRef, StartRequest, TaskState};
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use super::*;
@@ -14,14 +15,34 @@ fn engine(state: &std::path::Path, script: &str) -> LocalEngine {
     let config = Arc::new(LocalConfig {
         state_dir: state.to_owned(),
         flowgate_bin: None,
+        supervisor: Some(supervisor_program()),
     });
     let target = LocalTarget {
         command: vec!["/bin/sh".into(), "-c".into(), script.into()],
         env: Default::default(),
         env_passthrough: Vec::new(),
         working_dir: None,
+        leftover_processes: Default::default(),
     };
     LocalEngine::new(config, target)
+}
+
+/// The crate's supervisor program (`src/bin`), which cargo builds next to the test binaries'
+/// folder for `cargo test -p flowgate-local` (the crate has integration tests, so its programs
+/// are built for them).
+pub(crate) fn supervisor_program() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let program = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the target folder")
+        .join("flowgate-local-supervisor");
+    assert!(
+        program.is_file(),
+        "{} is not built: run the crate's tests with `cargo test -p flowgate-local`",
+        program.display()
+    );
+    program
 }
 
 fn case(state: &std::path::Path, script: &str) -> Case {
@@ -321,6 +342,71 @@ async fn arguments_too_large_for_the_environment_arrive_on_stdin() {
         .expect("json")
         .len();
     assert_eq!(text, format!("{expected}\nabsent"), "{text}");
+}
+
+/// The command starts with no signal blocked and SIGPIPE, SIGTERM, SIGINT, SIGHUP and SIGCHLD at
+/// their default action, whatever the supervisor set up for itself: a shell's `wait` for a
+/// background job returns (it would wait forever with SIGCHLD blocked).
+#[tokio::test]
+async fn the_command_starts_with_signals_as_a_fresh_process_has_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The command itself reads its masks: nothing (a shell) between the supervisor and it.
+    let mut e = engine(dir.path(), "unused");
+    e.target.command = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"]
+        .map(String::from)
+        .to_vec();
+    let x = start(&e, json!({})).await;
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.state, TaskState::Completed, "{r:?}");
+    let text = r
+        .output
+        .and_then(|o| o.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let mask = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .expect("a signal mask")
+    };
+    assert_eq!(mask("SigBlk:"), 0, "{text}");
+    for signal in [
+        Signal::SIGPIPE,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGCHLD,
+    ] {
+        let bit = 1u64 << (signal as i32 - 1);
+        assert_eq!(mask("SigIgn:") & bit, 0, "{signal} is ignored: {text}");
+    }
+
+    let e = engine(dir.path(), "sleep 0.1 & wait; echo waited");
+    let x = start(&e, json!({})).await;
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.output, Some(json!("waited")), "{r:?}");
+}
+
+/// A script without a `#!` line runs under `/bin/sh`, as under a shell (and the shell
+/// supervisor before the current one); a program that is not there fails with 127 and says so.
+#[tokio::test]
+async fn a_script_without_an_interpreter_line_runs_under_the_shell() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("plain");
+    std::fs::write(&script, "echo plain $FLOWGATE_ARG_NAME\n").expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let mut e = engine(dir.path(), "unused");
+    e.target.command = vec![script.to_string_lossy().into_owned()];
+    let x = start(&e, json!({"name": "it"})).await;
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.output, Some(json!("plain it")), "{r:?}");
+
+    e.target.command = vec![dir.path().join("missing").to_string_lossy().into_owned()];
+    let x = start(&e, json!({})).await;
+    let r = wait_terminal(&e, &x).await;
+    assert_eq!(r.engine_status, "exited 127", "{r:?}");
+    let cause = r.failure.and_then(|f| f.cause).unwrap_or_default();
+    assert!(cause.contains("missing: not found"), "{cause}");
 }
 
 /// A command that cannot start is not retryable and leaves no run folder behind.

@@ -15,6 +15,7 @@ async fn local_engine_passes_the_conformance_suite_with_questions() {
     let config = Arc::new(LocalConfig {
         state_dir: state.path().to_owned(),
         flowgate_bin: Some(bin()),
+        supervisor: Some(bin()),
     });
     let case = |script: &str| Case {
         engine: Arc::new(LocalEngine::new(
@@ -24,6 +25,7 @@ async fn local_engine_passes_the_conformance_suite_with_questions() {
                 env: Default::default(),
                 env_passthrough: Vec::new(),
                 working_dir: None,
+                leftover_processes: Default::default(),
             },
         )),
         arguments: json!({}),

@@ -359,3 +359,77 @@ async fn a_task_past_its_ttl_answers_like_an_unknown_one() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Live processes whose command line is `sleep <token>`, with their parent and session.
+fn sleeping(token: &str) -> Vec<(i32, i32, i32)> {
+    let want = format!("sleep\0{token}\0");
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes())
+        })
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+            let alive = !matches!(rest.first(), Some(&"Z" | &"X"));
+            alive.then_some((pid, rest.get(1)?.parse().ok()?, rest.get(3)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Through the binary: `tasks/cancel` ends a double-forked daemon a tool started, once it runs
+/// on its own (a session of its own, handed to the run's supervisor, which is this binary), and
+/// nothing is left within the grace plus a second.
+#[tokio::test]
+async fn cancel_ends_a_daemon_the_tool_detached() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = format!("3100.{}", std::process::id());
+    let manifest = dir.path().join("tools.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "tools:\n  - name: daemon\n    task: required\n    target:\n      engine: local\n      \
+             command: [/bin/sh, -c, '(setsid sleep {token} >/dev/null 2>&1 &); sleep 300']\n"
+        ),
+    )
+    .expect("manifest");
+    let state = dir.path().join("state");
+    let server = Server::start(&state, Some(&manifest));
+    let client = http_client(&server.url, true).await;
+    let id = start_task(&client, "daemon", json!({})).await;
+    let run = runs(&state).pop().expect("a run");
+    let supervisor: i32 = std::fs::read_to_string(run.join("pid"))
+        .expect("pid")
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the supervisor's pid");
+    let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains(flowgate_local::SUPERVISE_ARG),
+        "the supervisor {supervisor} is the binary: {:?}; exit {:?}, stderr {:?}",
+        String::from_utf8_lossy(&cmdline),
+        std::fs::read_to_string(run.join("exit")),
+        std::fs::read_to_string(run.join("stderr")),
+    );
+    let daemon = eventually(std::time::Duration::from_secs(10), || async {
+        sleeping(&token)
+            .into_iter()
+            .find(|&(pid, ppid, sid)| sid == pid && ppid == supervisor)
+            .ok_or_else(|| format!("no daemon handed to the supervisor: {:?}", sleeping(&token)))
+    })
+    .await;
+    let cancelled = std::time::Instant::now();
+    let settled = cancel_and_settle(&client, &id).await;
+    assert_eq!(settled["status"], "cancelled", "{settled}");
+    while !sleeping(&token).is_empty() {
+        assert!(
+            cancelled.elapsed() < std::time::Duration::from_secs(4),
+            "the daemon {daemon:?} outlived the cancel by 4 s: {:?}",
+            sleeping(&token)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    stop_runs(&state);
+}
