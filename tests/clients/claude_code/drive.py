@@ -328,6 +328,41 @@ def configure(ctx: Context) -> None:
     print(f"ok  claude mcp add (HTTP, project and local scope; stdio) and claude mcp list/get: all connected")
 
 
+def lambda_iam(ctx: Context, url: str, proxy: str, akid: str, secret: str) -> None:
+    """docs/remote-clients.md's recipe as a person runs it: Claude Code reaches flowgate on an
+    AWS_IAM Lambda Function URL (the Lambda emulator, checking every SigV4 signature) through
+    mcp-proxy-for-aws, added with `claude mcp add ... -- mcp-proxy-for-aws URL --service lambda`;
+    `claude mcp list` shows it connected and a print-mode call gets the tool's result."""
+    folder = ctx.work / "lambda-project"
+    folder.mkdir(exist_ok=True)
+    name = f"{SERVER}-lambda"
+    # The key in the server's environment, as `-e AWS_PROFILE=...` would name a profile; nothing
+    # of this machine's AWS configuration reaches the proxy.
+    added = ctx.run([ctx.claude, "mcp", "add", name,
+                     "-e", f"AWS_ACCESS_KEY_ID={akid}", "-e", f"AWS_SECRET_ACCESS_KEY={secret}",
+                     "-e", f"AWS_CONFIG_FILE={ctx.work / 'no-aws-config'}",
+                     "-e", f"AWS_SHARED_CREDENTIALS_FILE={ctx.work / 'no-aws-config'}",
+                     "-e", "AWS_EC2_METADATA_DISABLED=true",
+                     # A real Function URL names its region in its host name, which the proxy
+                     # reads; the emulator's 127.0.0.1 does not, so the region is said here.
+                     "-e", "AWS_REGION=us-east-1",
+                     "--", proxy, url, "--service", "lambda", "--region", "us-east-1"], folder)
+    check(added.returncode == 0, f"claude mcp add (mcp-proxy-for-aws) failed: {added.stdout}{added.stderr}")
+    listed = ctx.run([ctx.claude, "mcp", "list"], folder, timeout=180)
+    check(listed.returncode == 0 and re.search(rf"^{name}: .* - . Connected", listed.stdout, re.M) is not None,
+          f"claude mcp list does not show flowgate on Lambda (IAM) connected:\n{listed.stdout}{listed.stderr}")
+    prompt = f'CALL mcp__{name}__quick_report {{"days": 3}}'
+    done = ctx.run([ctx.claude, "-p", prompt, "--output-format", "json", "--allowedTools", f"mcp__{name}"],
+                   folder, timeout=180)
+    check(done.returncode == 0, f"claude -p through mcp-proxy-for-aws failed ({done.returncode}): {done.stdout}{done.stderr}")
+    answer = json.loads(done.stdout)
+    expected = "TOOL RESULT: Quick report for 3 days is ready"
+    check(answer.get("result") == expected,
+          f"claude -p through mcp-proxy-for-aws answered {answer.get('result')!r}, not {expected!r}")
+    print("ok  Lambda (AWS_IAM Function URL) through mcp-proxy-for-aws: claude mcp add, listed connected, "
+          "a print-mode call signed with SigV4 got the tool's result")
+
+
 def print_mode(ctx: Context, tool: str, arguments: dict[str, Any], expected: str) -> None:
     """`claude -p`: no tasks extension, so flowgate answers synchronously and that is the answer."""
     before = len(ctx.audit())
@@ -599,6 +634,9 @@ def main() -> None:
     parser.add_argument("--moto-url")
     parser.add_argument("--flowgate-bin", required=True, help="for the stdio configuration")
     parser.add_argument("--manifest", required=True, help="a local-engine manifest, for the stdio configuration")
+    parser.add_argument("--lambda-url", help="flowgate on an AWS_IAM Function URL (the Lambda emulator); "
+                        "its IAM key comes in CC_LAMBDA_KEY (AKID:SECRET)")
+    parser.add_argument("--lambda-proxy", help="mcp-proxy-for-aws")
     parser.add_argument("--only", help="run only the flows whose names contain this (and the configuration)")
     args = parser.parse_args()
     ctx = Context(args)
@@ -614,6 +652,9 @@ def main() -> None:
     if moto:
         flows.append(("print stepfunctions", lambda: print_mode(
             ctx, "etl", {"name": "print"}, '{"greeting":"hello print","waited":1}')))
+    if args.lambda_url and args.lambda_proxy:
+        akid, _, secret = os.environ.get("CC_LAMBDA_KEY", "").partition(":")
+        flows.append(("print lambda iam", lambda: lambda_iam(ctx, args.lambda_url, args.lambda_proxy, akid, secret)))
     flows += [
         ("interactive start", ctx.start_pane),
         ("interactive local", lambda: task_to_result(ctx, "long_report", {"days": 4, "seconds": 3},
