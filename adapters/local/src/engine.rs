@@ -484,8 +484,11 @@ impl Engine for LocalEngine {
         } else {
             (changed[EXIT], changed[CANCELLED])
         };
+        // A cancel is recorded only while the run has no exit status, so an exit in the same
+        // clock tick as the cancel (file times are as coarse as the kernel's tick) is the
+        // supervisor ending the command for it: cancelled. Only an exit strictly earlier won.
         let finished_first = match (exit_at, cancelled_at) {
-            (Some(exit_at), Some(cancel_at)) => exit_at <= cancel_at,
+            (Some(exit_at), Some(cancel_at)) => exit_at < cancel_at,
             (Some(_), None) => true,
             _ => false,
         };

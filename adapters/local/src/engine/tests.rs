@@ -171,6 +171,42 @@ async fn cancel_stops_the_whole_process_group() {
     assert_eq!(e.get(&x).await.expect("get").state, TaskState::Cancelled);
 }
 
+/// The supervisor may write the exit status of a command it ended for a cancel within the same
+/// clock tick as the cancel (it measured 4 ms apart, and equal under load behind the Lambda
+/// emulator): equal file times are a cancel, not a failure by signal.
+#[tokio::test]
+async fn an_exit_in_the_cancels_tick_is_a_cancel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = engine(dir.path(), "echo up; exec sleep 300");
+    let x = start(&e, json!({})).await;
+    let run = e.open_run(&x).expect("run").0;
+    let pgid = run.process().expect("pgid").0;
+    // The command runs (its supervisor started it) before the cancel.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(run.path("stdout")).unwrap_or_default() != "up\n" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    e.cancel(&x).await.expect("cancel");
+    assert!(group_gone_within(pgid, Duration::from_secs(10)).await);
+    let exit = run.path("exit");
+    let cancelled = std::fs::metadata(run.path("cancelled"))
+        .and_then(|m| m.modified())
+        .expect("the cancel's time");
+    std::fs::File::options()
+        .append(true)
+        .open(&exit)
+        .and_then(|f| f.set_modified(cancelled))
+        .expect("the exit in the cancel's tick");
+    // Read by an engine that kept nothing of the run.
+    let fresh = engine(dir.path(), "sleep 300");
+    let record = fresh.get(&x).await.expect("get");
+    assert_eq!(record.state, TaskState::Cancelled, "{record:?}");
+}
+
 /// A cancel's SIGTERM with no server left to follow it with SIGKILL (the server died within the
 /// grace): the run's supervisor escalates on its own.
 #[tokio::test]
