@@ -13,8 +13,8 @@ use flowgate_http::{HttpClient, HttpConfig, Secret};
 use serde_json::{Map, Value, json};
 
 use crate::api::{Api, Credentials, DagRun, HitlDetail, TaskInstance, status_of};
-use crate::finished::Finished;
 use crate::{AirflowTarget, KIND, mapping};
+use flowgate_core::finished::Finished;
 
 /// How many recent runs `list` looks at.
 const LIST_SCAN: usize = 100;
@@ -36,7 +36,7 @@ pub struct AirflowEngine {
     target: AirflowTarget,
     api: Api,
     /// Records of runs that ended: their answer is final.
-    finished: Finished,
+    finished: Finished<String>,
 }
 
 impl AirflowEngine {
@@ -510,7 +510,7 @@ impl Engine for AirflowEngine {
             _ => {}
         }
         record.state = state;
-        self.finished.keep(id, &record);
+        self.finished.keep(id.to_owned(), &record);
         Ok(record)
     }
 

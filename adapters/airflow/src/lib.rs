@@ -31,7 +31,6 @@
 mod api;
 mod config;
 mod engine;
-mod finished;
 mod mapping;
 mod policy;
 

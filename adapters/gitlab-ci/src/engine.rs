@@ -13,8 +13,8 @@ use flowgate_http::{HttpClient, HttpConfig, Secret};
 use serde_json::{Map, Value, json};
 
 use crate::api::{Api, Job, NewPipeline, Pipeline, Play};
-use crate::finished::Finished;
 use crate::{GitLabTarget, KIND, OnDecline, Question, ResultFile, mapping, naming, trace};
+use flowgate_core::finished::Finished;
 
 /// How many recent pipelines `list` looks at.
 const LIST_SCAN: usize = 100;
@@ -42,7 +42,7 @@ pub struct GitLabEngine {
     api: Api,
     trigger_token: Option<Secret>,
     /// Records of pipelines that ended: their answer is final.
-    finished: Finished,
+    finished: Finished<u64>,
     /// The token's GitLab username, once asked (for recording who declined).
     username: OnceLock<String>,
 }
@@ -521,7 +521,7 @@ impl Engine for GitLabEngine {
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         let id = Self::pipeline_id(execution)?;
-        if let Some(record) = self.finished.get(id) {
+        if let Some(record) = self.finished.get(&id) {
             return Ok(record);
         }
         self.api.http.rate_limits().note_poll(&execution.0);

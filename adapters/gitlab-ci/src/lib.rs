@@ -27,7 +27,6 @@
 mod api;
 mod config;
 mod engine;
-mod finished;
 mod mapping;
 mod naming;
 mod policy;

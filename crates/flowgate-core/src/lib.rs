@@ -6,6 +6,7 @@
 //! - [`TaskState`]: the seven states of the SEP-1686 design and the moves allowed between them.
 //! - [`ExecutionRecord`]: what an engine reports about one execution, read fresh on every poll.
 //! - [`Engine`]: the contract an adapter implements (start, get, respond, cancel, list).
+//! - [`finished`]: ended executions' records, kept so a final answer costs no engine read.
 //! - [`handle`]: task handles, the sealed tokens that are the task ids clients hold.
 //! - [`observe`]: what adapters report to the operator's telemetry (throttles, the trace).
 //! - [`pacing`]: a poll interval an account's API quota affords, for token-bucket engines.
@@ -16,6 +17,7 @@
 
 mod engine;
 mod error;
+pub mod finished;
 pub mod handle;
 pub mod observe;
 pub mod pacing;
