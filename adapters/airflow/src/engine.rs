@@ -387,12 +387,10 @@ impl Engine for AirflowEngine {
         ExecutionRef(format!("{}{locator}", mapping::RUN_PREFIX))
     }
 
+    /// What the rate limits seen allow (`RateLimits::pacing` already waits out a pause the
+    /// engine asked for).
     fn pacing(&self) -> Option<Duration> {
-        let limits = self.api.http.rate_limits();
-        match (limits.blocked_for(), limits.pacing()) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        self.api.http.rate_limits().pacing()
     }
 
     /// The run id follows from the call's key alone.

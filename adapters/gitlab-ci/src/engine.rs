@@ -455,12 +455,10 @@ impl Engine for GitLabEngine {
         format!("{}/projects/{}", self.target.base_url, self.target.project)
     }
 
+    /// What the rate limits seen allow (`RateLimits::pacing` already waits out a pause the
+    /// engine asked for).
     fn pacing(&self) -> Option<Duration> {
-        let limits = self.api.http.rate_limits();
-        match (limits.blocked_for(), limits.pacing()) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        self.api.http.rate_limits().pacing()
     }
 
     async fn start(&self, request: StartRequest) -> Result<Started, EngineError> {

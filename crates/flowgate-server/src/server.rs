@@ -102,7 +102,8 @@ impl FlowgateServer {
 
     /// Serves `tools` from now on, in place of the tools being served: requests already
     /// running finish with the entries they took. Tasks of a tool that `tools` lacks, or binds
-    /// to another engine or scope (its task-id tag changed), keep answering through the engine that started them.
+    /// to another engine or scope (its task-id tag changed), keep answering through the engine
+    /// that started them.
     pub fn replace_tools(&self, tools: ToolSet) {
         let new = Arc::new(tools);
         let old = std::mem::replace(

@@ -172,8 +172,8 @@ async fn cancel_stops_the_whole_process_group() {
 }
 
 /// The supervisor may write the exit status of a command it ended for a cancel within the same
-/// clock tick as the cancel (it measured 4 ms apart, and equal under load behind the Lambda
-/// emulator): equal file times are a cancel, not a failure by signal.
+/// clock tick as the cancel (file times are as coarse as the kernel's tick): equal file times
+/// are a cancel, not a failure by signal.
 #[tokio::test]
 async fn an_exit_in_the_cancels_tick_is_a_cancel() {
     let dir = tempfile::tempdir().expect("tempdir");
