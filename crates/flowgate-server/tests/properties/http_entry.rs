@@ -58,16 +58,16 @@ tools:
 
 /// Everything a case needs, built once per test binary: the runtime the router runs on, the
 /// router without and with OAuth, a token for the latter, and a real task id.
-struct Fixture {
+pub(crate) struct Fixture {
     runtime: tokio::runtime::Runtime,
     open: Router,
     protected: Router,
-    token: String,
-    task_id: String,
+    pub(crate) token: String,
+    pub(crate) task_id: String,
     _issuer: FakeIssuer,
 }
 
-fn fixture() -> &'static Fixture {
+pub(crate) fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -138,23 +138,23 @@ fn fixture() -> &'static Fixture {
 
 /// A request as sent: method, path, headers, body.
 #[derive(Debug, Clone)]
-struct Sent {
-    method: String,
-    path: String,
-    headers: Vec<(String, Vec<u8>)>,
-    body: Vec<u8>,
+pub(crate) struct Sent {
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
+    pub(crate) body: Vec<u8>,
 }
 
 /// What came back.
-struct Answer {
-    status: StatusCode,
-    content_type: String,
-    body: Vec<u8>,
-    json: Value,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) content_type: String,
+    pub(crate) body: Vec<u8>,
+    pub(crate) json: Value,
 }
 
 impl Fixture {
-    fn send(&self, protected: bool, sent: &Sent) -> Answer {
+    pub(crate) fn send(&self, protected: bool, sent: &Sent) -> Answer {
         self.try_send(protected, sent)
             .unwrap_or_else(|e| panic!("{e}: {sent:?}"))
     }
@@ -162,8 +162,14 @@ impl Fixture {
     fn try_send(&self, protected: bool, sent: &Sent) -> Result<Answer, String> {
         let mut request = Request::builder()
             .method(sent.method.as_bytes())
-            .uri(&sent.path)
-            .header("host", "127.0.0.1");
+            .uri(&sent.path);
+        if !sent
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("host"))
+        {
+            request = request.header("host", "127.0.0.1");
+        }
         for (name, value) in &sent.headers {
             request = request.header(name.as_str(), value.as_slice());
         }
@@ -275,7 +281,7 @@ fn check(answer: &Answer) -> Result<(), TestCaseError> {
 }
 
 /// A 2026-07-28 request with its headers.
-fn modern(method: &str, name: Option<&str>, mut params: Value) -> Sent {
+pub(crate) fn modern(method: &str, name: Option<&str>, mut params: Value) -> Sent {
     if let Some(p) = params.as_object_mut() {
         p.insert(
             "_meta".to_owned(),
@@ -311,7 +317,7 @@ fn modern(method: &str, name: Option<&str>, mut params: Value) -> Sent {
 }
 
 /// A 2025-11-25 request (no `Mcp-Method`; the version header except on `initialize`).
-fn legacy(method: &str, params: Value) -> Sent {
+pub(crate) fn legacy(method: &str, params: Value) -> Sent {
     let mut headers = vec![
         ("content-type".to_owned(), b"application/json".to_vec()),
         (

@@ -6,6 +6,7 @@
 //! Case counts are bounded for CI; `PROPTEST_CASES=N` runs a longer campaign (docs/testing.md,
 //! "Property tests").
 
+mod answers;
 mod http_entry;
 mod manifests;
 
