@@ -10,7 +10,7 @@ use rmcp::model::{
 };
 use serde_json::{Map, Value};
 
-use crate::errors::tool_error;
+use crate::errors::{start_failed, tool_error};
 use crate::hang_up::StopOnDrop;
 use crate::holds::too_many_calls;
 use crate::mrtr::Gathered;
@@ -45,24 +45,38 @@ pub(crate) enum Called {
     Complete(CallToolResult),
     /// Arguments to ask for first.
     Ask(InputRequiredResult),
+    /// Nothing was started (the arguments are invalid, the caller declined to give one, too
+    /// many calls wait, the start failed): what to tell the model, a paragraph each. A client
+    /// that takes tasks reads it as a tool error, a 2025-11-25 task-augmented call as an error.
+    Refused(Vec<String>),
+    /// The tool needs scopes the caller was not granted: the scopes.
+    Forbidden(Vec<String>),
+}
+
+impl Called {
+    /// A refusal as the tool result that tells the model.
+    pub(crate) fn refusal(texts: Vec<String>) -> CallToolResult {
+        CallToolResult::error(texts.into_iter().map(ContentBlock::text).collect())
+    }
 }
 
 impl FlowgateServer {
     pub(crate) async fn call(&self, caller: &Caller, call: Call) -> Result<Called, ErrorData> {
-        // A tool the caller's scopes do not allow is, to it, a tool that does not exist (the
-        // HTTP layer already answered 403 with the scope challenge; this is the backstop).
-        let served = self.tool_entry(&call.name);
-        let Some(entry) = served.as_ref().filter(|e| caller.may_use(&e.spec.scopes)) else {
-            let reason = match served {
-                Some(_) => "insufficient_scope",
-                None => "unknown_tool",
-            };
-            audit::refused(caller, reason, Some(&call.name), None);
+        let Some(entry) = self.tool_entry(&call.name) else {
+            audit::refused(caller, "unknown_tool", Some(&call.name), None);
             return Err(ErrorData::invalid_params(
                 format!("unknown tool: {}", call.name),
                 None,
             ));
         };
+        // A tool the caller's scopes do not allow: refused before anything is read, with the
+        // scopes it needs (HTTP answers 403 with the identity's challenge naming them).
+        if !caller.may_use(&entry.spec.scopes) {
+            tracing::info!(tool = %entry.spec.name, "refused a call: insufficient scope");
+            audit::refused(caller, "insufficient_scope", Some(&entry.spec.name), None);
+            return Ok(Called::Forbidden(entry.spec.scopes.clone()));
+        }
+        let entry = &entry;
         let as_task = call.takes_tasks;
         if entry.spec.task == TaskSupport::Required && !as_task {
             audit::refused(caller, "tasks_required", Some(&entry.spec.name), None);
@@ -80,7 +94,7 @@ impl FlowgateServer {
         )? {
             Gathered::Ready(arguments) => Value::Object(arguments),
             Gathered::Ask(ask) => return Ok(Called::Ask(ask)),
-            Gathered::Refused(result) => return Ok(Called::Complete(result)),
+            Gathered::Refused(why) => return Ok(Called::Refused(vec![why])),
         };
         if let Err(problems) = entry.spec.validate_arguments(&arguments) {
             audit::refused(
@@ -94,9 +108,7 @@ impl FlowgateServer {
                 entry.spec.name,
                 problems.join("\n- ")
             );
-            return Ok(Called::Complete(CallToolResult::error(vec![
-                ContentBlock::text(text),
-            ])));
+            return Ok(Called::Refused(vec![text]));
         }
         // A call that waits for its result holds one of the caller's slots (module `holds`),
         // taken before anything starts.
@@ -104,7 +116,10 @@ impl FlowgateServer {
             || entry.engine.capabilities().synchronous_only;
         let _slot = match waits.then(|| self.hold(caller)) {
             Some(Err(limit)) => {
-                return Ok(Called::Complete(too_many_calls(&entry.spec.name, limit)));
+                return Ok(Called::Refused(vec![too_many_calls(
+                    &entry.spec.name,
+                    limit,
+                )]));
             }
             Some(Ok(slot)) => Some(slot),
             None => None,
@@ -123,7 +138,7 @@ impl FlowgateServer {
                     audit::finished(caller, &entry.spec.name, None, record.state.as_str());
                     finished(entry, &record).map(Called::Complete)
                 }
-                Err(e) => Ok(Called::Complete(tool_error(&entry.spec.name, &e))),
+                Err(e) => Ok(Called::Refused(vec![start_failed(&entry.spec.name, &e)])),
             };
         }
         let kind = entry.engine.kind();
@@ -135,7 +150,7 @@ impl FlowgateServer {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(tool = %entry.spec.name, error = %e, "start failed");
-                let mut result = tool_error(&entry.spec.name, &e);
+                let mut why = vec![start_failed(&entry.spec.name, &e)];
                 // The start may have happened: if the engine knows where it would be, give the
                 // client the task to check (tasks/get says "not found" if it never started).
                 if matches!(e, EngineError::Timeout { .. })
@@ -146,13 +161,13 @@ impl FlowgateServer {
                         created_at: chrono::Utc::now(),
                     };
                     if let Ok(task) = self.created(caller, entry, &maybe) {
-                        result.content.push(ContentBlock::text(format!(
+                        why.push(format!(
                             "If it did start, it is task {}: check it with tasks/get before calling again.",
                             task.task_id
-                        )));
+                        ));
                     }
                 }
-                return Ok(Called::Complete(result));
+                return Ok(Called::Refused(why));
             }
         };
         tracing::info!(tool = %entry.spec.name, execution = %started.execution, as_task, "started");

@@ -30,7 +30,7 @@ use rmcp::model::{
     CallToolRequestParams, GetTaskParams, InitializeRequestParams, PaginatedRequestParams,
     ProtocolVersion,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::calls::{Call, Called};
 use crate::errors::rpc_error;
@@ -83,13 +83,13 @@ pub(crate) struct Outbox<'a> {
     pub(crate) end_at_question: bool,
 }
 
-/// What the dialect made of a message it claimed.
+/// What the dialect made of a request it serves.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Handled {
     /// The answer to the message's id: a result or a JSON-RPC error.
     Reply(Result<Value, ErrorData>),
-    /// A response of the client's (to an `elicitation/create`): nothing to answer.
-    Accepted,
+    /// A task-augmented `tools/call` of a tool whose scopes the caller lacks.
+    Forbidden(Vec<String>),
     /// The caller went away before the answer was ready.
     Gone,
     /// A resumable hold ended without the answer (out of time, or at a question the client
@@ -97,21 +97,21 @@ pub(crate) enum Handled {
     Paused,
 }
 
-/// Whether the dialect answers `message` (else it is rmcp's).
-pub(crate) fn claims(server: &FlowgateServer, message: &Incoming) -> bool {
-    // A client's answer to an `elicitation/create` sent during `tasks/result`: in the
-    // revision, or without one (an answer may carry no version header).
-    if message.method.is_none() {
-        return message.revision.as_deref().is_none_or(|r| r == V2025)
-            && message
-                .id
-                .as_ref()
-                .and_then(Value::as_str)
-                .is_some_and(|id| id.starts_with(ELICIT));
-    }
-    if !message.is_in(V2025) {
-        return false;
-    }
+/// Whether `message`, a response, is a client's answer to an `elicitation/create` sent during
+/// `tasks/result` (in the revision, or without one: an answer may carry no version header).
+pub(crate) fn answers_a_question(message: &Incoming) -> bool {
+    message.method.is_none()
+        && message.revision.as_deref().is_none_or(|r| r == V2025)
+        && message
+            .id
+            .as_ref()
+            .and_then(Value::as_str)
+            .is_some_and(|id| id.starts_with(ELICIT))
+}
+
+/// Whether the dialect serves `message`, a request in the revision (else the dispatcher's
+/// table for older revisions does).
+pub(crate) fn serves(server: &FlowgateServer, message: &Incoming) -> bool {
     match message.method() {
         "initialize" => decode::<InitializeRequestParams>(message).is_ok(),
         "tools/list" | "tasks/get" | "tasks/result" | "tasks/cancel" | "tasks/list" => true,
@@ -126,7 +126,7 @@ pub(crate) fn claims(server: &FlowgateServer, message: &Incoming) -> bool {
     }
 }
 
-/// Answers a message [`claims`] says is the dialect's, for `caller`; `outbox` is where
+/// Answers a request [`serves`] says is the dialect's, for `caller`; `outbox` is where
 /// `tasks/result` sends its questions, when the transport can send the client requests.
 pub(crate) async fn handle(
     server: &FlowgateServer,
@@ -135,22 +135,18 @@ pub(crate) async fn handle(
     outbox: Option<Outbox<'_>>,
 ) -> Handled {
     let answer = match message.method() {
-        "" => {
-            answered(server, caller, message).await;
-            return Handled::Accepted;
-        }
         "initialize" => initialize(server, message),
         "tools/list" => tools_list(server, caller, message),
-        "tools/call" => call(server, caller, message).await,
+        "tools/call" => match call(server, caller, message).await {
+            Err(Refusal::Forbidden(scopes)) => return Handled::Forbidden(scopes),
+            Err(Refusal::Error(e)) => Err(e),
+            Ok(created) => Ok(created),
+        },
         "tasks/get" => get(server, caller, message).await,
         "tasks/cancel" => cancel(server, caller, message).await,
         "tasks/list" => list(server, caller, message).await,
         "tasks/result" => return result(server, caller, message, outbox).await,
-        other => Err(ErrorData::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            other.to_owned(),
-            None,
-        )),
+        other => Err(crate::errors::method_not_found(other)),
     };
     Handled::Reply(answer)
 }
@@ -200,11 +196,25 @@ fn task_support(task: TaskSupport) -> &'static str {
 }
 
 /// `tools/call` with `params.task` (or of a tool that runs only as a task).
+/// Why a task-augmented call answered with no task.
+enum Refusal {
+    /// The tool needs scopes the caller lacks.
+    Forbidden(Vec<String>),
+    /// A JSON-RPC error.
+    Error(ErrorData),
+}
+
+impl From<ErrorData> for Refusal {
+    fn from(e: ErrorData) -> Self {
+        Refusal::Error(e)
+    }
+}
+
 async fn call(
     server: &FlowgateServer,
     caller: &Caller,
     message: &Incoming,
-) -> Result<Value, ErrorData> {
+) -> Result<Value, Refusal> {
     let mut params = message.params_object();
     let as_task = params.remove("task").is_some();
     let request: CallToolRequestParams =
@@ -213,20 +223,20 @@ async fn call(
     let support = server.tool_entry(&name).map(|t| t.spec.task);
     if !as_task {
         // The revision: a `taskSupport: required` tool called without `task` is -32601.
-        return Err(ErrorData::new(
+        return Err(Refusal::Error(ErrorData::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
             format!(
                 "tool {name} runs only as a task (taskSupport: required): call it with params.task"
             ),
             None,
-        ));
+        )));
     }
     if support == Some(TaskSupport::Forbidden) {
-        return Err(ErrorData::new(
+        return Err(Refusal::Error(ErrorData::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
             format!("tool {name} does not run as a task (taskSupport: forbidden)"),
             None,
-        ));
+        )));
     }
     let call = Call {
         name: name.clone(),
@@ -238,24 +248,13 @@ async fn call(
     };
     match server.call(caller, call).await? {
         Called::Task(view) => Ok(v2025::created(&view.task_id, &view.wire.envelope())),
-        // Refused before anything started (invalid arguments, say): a task-augmented call must
-        // answer with a task, so the refusal is an error that says why.
-        Called::Complete(result) if result.is_error == Some(true) => {
-            let why: Vec<String> = result
-                .content
-                .iter()
-                .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-                .collect();
-            Err(ErrorData::invalid_params(why.join("\n"), None))
+        // Nothing started (invalid arguments, say): a task-augmented call must answer with a
+        // task, so the refusal is an error that says why.
+        Called::Refused(why) => Err(ErrorData::invalid_params(why.join("\n"), None).into()),
+        Called::Forbidden(scopes) => Err(Refusal::Forbidden(scopes)),
+        Called::Complete(_) | Called::Ask(_) => {
+            Err(ErrorData::internal_error(format!("tool {name} did not start a task"), None).into())
         }
-        Called::Complete(_) => Err(ErrorData::internal_error(
-            format!("tool {name} did not start a task"),
-            None,
-        )),
-        Called::Ask(_) => Err(ErrorData::internal_error(
-            format!("tool {name} did not start a task"),
-            None,
-        )),
     }
 }
 
@@ -399,7 +398,7 @@ async fn result(
 /// A client's answer to one of the `elicitation/create` requests: delivered to the task with
 /// `tasks/update` (an error answer is a dismissal). An id that does not open for this caller
 /// is dropped.
-async fn answered(server: &FlowgateServer, caller: &Caller, message: &Incoming) {
+pub(crate) async fn answered(server: &FlowgateServer, caller: &Caller, message: &Incoming) {
     let sealed = message.id.as_ref().and_then(Value::as_str).unwrap_or("");
     let opened = server
         .inner
@@ -435,21 +434,4 @@ fn rpc(e: &RpcError) -> ErrorData {
         e.message.clone(),
         e.data.clone(),
     )
-}
-
-/// The JSON-RPC answer to `id`: `result`, or `error` (one error shape:
-/// `flowgate_core::wire::RpcError`).
-pub(crate) fn reply_json(id: Option<&Value>, answer: &Result<Value, ErrorData>) -> Value {
-    let mut message = Map::new();
-    message.insert("jsonrpc".into(), json!("2.0"));
-    message.insert("id".into(), id.cloned().unwrap_or(Value::Null));
-    match answer {
-        Ok(result) => message.insert("result".into(), result.clone()),
-        Err(e) => {
-            let mut error = RpcError::new(i64::from(e.code.0), e.message.clone());
-            error.data = e.data.clone();
-            message.insert("error".into(), Value::Object(error.to_json()))
-        }
-    };
-    Value::Object(message)
 }

@@ -5,6 +5,15 @@ use flowgate_core::EngineError;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock};
 
+/// `-32601` for `method`: its name is the message.
+pub(crate) fn method_not_found(method: &str) -> ErrorData {
+    ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        method.to_owned(),
+        None,
+    )
+}
+
 /// The one answer for a handle that does not open, belongs to someone else, or names an
 /// execution the engine no longer has: they must be indistinguishable.
 pub(crate) fn task_not_found() -> ErrorData {
@@ -28,6 +37,11 @@ pub(crate) fn tool_gone(tool: Option<&str>) -> ErrorData {
 
 /// A tool result that tells the model what went wrong when starting `tool`.
 pub(crate) fn tool_error(tool: &str, error: &EngineError) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(start_failed(tool, error))])
+}
+
+/// What tells the model what went wrong when starting `tool`, and what to do.
+pub(crate) fn start_failed(tool: &str, error: &EngineError) -> String {
     let advice = match error {
         EngineError::InvalidInput { .. } => "Check the arguments and call again.",
         EngineError::Denied { .. } => {
@@ -48,9 +62,7 @@ pub(crate) fn tool_error(tool: &str, error: &EngineError) -> CallToolResult {
         }
         _ => "Tell an operator.",
     };
-    CallToolResult::error(vec![ContentBlock::text(format!(
-        "{tool}: {error}. {advice}"
-    ))])
+    format!("{tool}: {error}. {advice}")
 }
 
 /// A JSON-RPC error for engine failures outside a tool result (tasks/update, tasks/cancel).

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResult, ContentBlock, ErrorCode};
+use rmcp::model::ErrorCode;
 use serde_json::json;
 
 use crate::{Caller, audit};
@@ -82,14 +82,14 @@ pub(crate) fn too_many_holds(limit: usize) -> ErrorData {
     )
 }
 
-/// The answer to one synchronous `tools/call` too many: a tool error (nothing was started).
-pub(crate) fn too_many_calls(tool: &str, limit: usize) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(format!(
+/// Why one synchronous `tools/call` too many was refused (nothing was started).
+pub(crate) fn too_many_calls(tool: &str, limit: usize) -> String {
+    format!(
         "{tool}: too many calls are waiting for their results: this caller already has {limit} \
          synchronous calls or tasks/result requests waiting on this server (the limit, \
          FLOWGATE_MAX_HOLDS_PER_CALLER), so nothing was started. Call again once one of them \
          has finished, or call from a client that supports MCP tasks."
-    ))])
+    )
 }
 
 #[cfg(test)]

@@ -11,38 +11,24 @@
 //!    a Google credential, the AWS Lambda request context) vouches for the caller or the
 //!    request is refused; the request's [`Caller`] goes in its extensions. Nothing reads the
 //!    body of a request before this.
-//! 3. `parse`: the body is parsed once into the JSON-RPC message, which goes in the
-//!    extensions; a body that is no message gets its JSON-RPC error; a `tasks/*` request
-//!    without `Mcp-Name` gets the header from its `taskId`.
-//! 4. `observe`: the MCP request span (traces) and the request's count (metrics), from the
-//!    parsed message and the caller; the span is the parent of everything below, and the
-//!    caller carries it.
-//! 5. `scopes`: a `tools/call` of a tool the caller's scopes do not allow gets 403 with the
-//!    identity's challenge (only when an identity is configured).
-//! 6. `dialect`: 2025-11-25 task requests are answered by `crate::dialect_2025`, after the
-//!    same `Host` and `Origin` checks as rmcp's (`origins::Guard`); a `GET` resuming a
-//!    `tasks/result` stream (`resume`) is one of them. So is a 2026-07-28 `tasks/get` that
-//!    passes every check rmcp makes (`poll`: the most frequent request, spared rmcp's
-//!    per-request service and its second decoding of the body), inside `observe` like the
-//!    rest: its span, its count and its outcome are recorded as for rmcp's answers.
-//! 7. rmcp's `StreamableHttpService` (its `Host` and `Origin` checks, module `origins`, then
-//!    the JSON-RPC decoding and the protocol's header checks), which calls `crate::mcp`, the
-//!    `ServerHandler`, with the caller from the extensions.
+//! 3. `entry`: the one handler of `/mcp`. What only HTTP knows is decided there (`Host` and
+//!    `Origin` with `origins`, the HTTP method, `Accept`, `Content-Type`, the body parsed once,
+//!    the MCP headers against it with `headers`, the request's span and count); the message
+//!    goes to the dispatcher (`crate::dispatch`), which decides every method of every
+//!    revision, and its reply is written once: JSON, or a resumable SSE stream for a
+//!    2025-11-25 `tasks/result` (`resume`).
 //!
 //! `GET /healthz` answers load balancers; with OAuth, the RFC 9728 metadata is served beside.
 
 mod authenticate;
-mod dialect;
+mod entry;
+mod headers;
 mod identity;
 mod names;
 mod oauth;
-mod observe;
 mod origins;
-mod parse;
-mod poll;
 mod request_id;
 mod resume;
-mod scopes;
 
 pub use identity::{GoogleCredential, GoogleIdentity};
 pub use oauth::OAuthIdentity;
@@ -51,17 +37,16 @@ pub use origins::allowed_origin;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::request::Parts;
-use axum::routing::get;
+use axum::routing::{any, get};
 use flowgate_auth::Identity;
-use rmcp::RoleServer;
-use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::McpService;
-use crate::{Caller, FlowgateServer};
+#[cfg(doc)]
+use crate::Caller;
+use crate::FlowgateServer;
+
+/// The largest request body read (rmcp's limit, which clients have been held to).
+const BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 /// Settings of the HTTP transport.
 #[derive(Debug, Clone, Default)]
@@ -91,75 +76,34 @@ pub struct HttpOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline(pub tokio::time::Instant);
 
-/// The axum router: `POST /mcp` for MCP, `GET /healthz` for load balancers.
+/// The hosts a request may name when none are configured: loopback ones.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The axum router: `/mcp` for MCP, `GET /healthz` for load balancers.
 pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
-    let mut config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .with_sse_keep_alive(None)
-        .with_cancellation_token(options.shutdown.child_token());
-    if options.allowed_hosts.iter().any(|h| h == "*") {
-        config = config.disable_allowed_hosts();
-    } else if !options.allowed_hosts.is_empty() {
+    let hosts: Vec<String> = if options.allowed_hosts.iter().any(|h| h == "*") {
+        Vec::new()
+    } else {
         let mut hosts = options.allowed_hosts.clone();
-        hosts.extend(["localhost", "127.0.0.1", "::1"].map(String::from));
-        config = config.with_allowed_hosts(hosts);
-    }
-    if let Some(origins) = origins::allowlist(&options.allowed_origins) {
-        config = config
-            .with_allowed_origins(origins)
-            .enforce_origin_validation();
-    }
-    let body_limit = config.max_request_body_bytes;
-    // The same checks for the requests answered before rmcp.
-    let guard = origins::Guard::new(
-        &config.allowed_hosts,
-        origins::allowlist(&options.allowed_origins),
-    );
-    let service = McpService::new(server.clone(), Arc::new(caller_of));
-    let service = Shared(Arc::new(StreamableHttpService::new(
-        move || Ok(service.clone()),
-        Arc::new(NeverSessionManager::default()),
-        config,
-    )));
-    // Layers run outermost last-added: see the module's list for the order a request meets.
-    let dialect = dialect::Dialect {
-        server: server.clone(),
-        guard: Arc::new(guard),
-        buffered: options.buffered_responses,
+        hosts.extend(LOOPBACK_HOSTS.map(String::from));
+        hosts
     };
-    // One stack of layers on `/mcp` (the first listed meets the request first), laid on the
-    // route once: each `route_layer` of its own boxed the route again, so a request cloned
-    // and boxed one more service and future per layer.
-    let scopes = options.identity.as_ref().map(|identity| {
-        axum::middleware::from_fn_with_state(
-            scopes::ScopeCheck {
-                identity: Arc::clone(identity),
-                server,
-            },
-            scopes::require_scopes,
-        )
+    let entry = Arc::new(entry::Entry {
+        server,
+        guard: origins::Guard::new(&hosts, origins::allowlist(&options.allowed_origins)),
+        identity: options.identity.clone(),
+        buffered: options.buffered_responses,
+        body_limit: BODY_LIMIT,
+        shutdown: options.shutdown.child_token(),
     });
-    let layers = tower::ServiceBuilder::new()
-        .layer(axum::middleware::from_fn_with_state(
+    // `route_layer`: authentication guards `/mcp` alone; any other path is the plain 404 of
+    // the HTTP stack (what the benchmark's floor measures), never an MCP answer.
+    let mut app = Router::new()
+        .route("/mcp", any(entry::serve).with_state(entry))
+        .route_layer(axum::middleware::from_fn_with_state(
             options.identity.clone(),
             authenticate::authenticate,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            body_limit,
-            parse::parse,
-        ))
-        .layer(axum::middleware::from_fn(observe::observe))
-        .option_layer(scopes)
-        .layer(axum::middleware::from_fn_with_state(
-            dialect,
-            dialect::serve_2025,
         ));
-    // `route_layer`: the layers serve `/mcp` alone; any other path is the plain 404 of the
-    // HTTP stack (what the benchmark's floor measures), never an MCP answer.
-    let mut app = Router::new()
-        .nest_service("/mcp", service)
-        .route_layer(layers);
     if let Some(metadata) = options
         .identity
         .as_ref()
@@ -171,44 +115,6 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         .layer(axum::middleware::from_fn(request_id::request_span))
 }
 
-/// rmcp's service, shared rather than copied: axum clones a route's service for every request,
-/// and a clone of rmcp's copies its whole configuration (the allowed hosts and origins).
-#[derive(Clone)]
-struct Shared(Arc<StreamableHttpService<McpService, NeverSessionManager>>);
-
-impl tower::Service<axum::extract::Request> for Shared {
-    type Response = axum::response::Response;
-    type Error = std::convert::Infallible;
-    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
-        let rmcp = Arc::clone(&self.0);
-        Box::pin(async move {
-            Ok(axum::response::IntoResponse::into_response(
-                rmcp.handle(request).await,
-            ))
-        })
-    }
-}
-
-/// The caller of a request rmcp routes: the one `authenticate` put in the HTTP request's
-/// extensions, gone when rmcp cancels the request (its client disconnected).
-fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
-    ctx.extensions
-        .get::<Parts>()
-        .and_then(|parts| parts.extensions.get::<Caller>())
-        .cloned()
-        .unwrap_or_else(|| Caller::anonymous(""))
-        .with_gone(ctx.ct.clone())
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -216,6 +122,7 @@ mod tests {
     use std::time::Duration;
 
     use axum::body::Body;
+    use axum::http::request::Parts;
     use axum::http::{Request, StatusCode};
     use flowgate_auth::{Authenticated, Identified, Mode, Principal, Refused};
     use flowgate_core::handle::{HandleKey, Keyring};
@@ -466,100 +373,17 @@ mod tests {
         }
     }
 
-    /// A poll answered before rmcp (module `poll`) gets exactly rmcp's answer: the same
-    /// status, type and body, for a task, a forged id, an id that is no handle, another
-    /// caller's task, a client that did not declare the tasks extension (which rmcp answers
-    /// itself), a string JSON-RPC id, a poll without `Mcp-Name` (taken from `taskId`, for both)
-    /// and a caller without credentials (refused before either). An `Accept` with weights is
-    /// one the fast path leaves to rmcp, so the two can be compared; the fast path's own count
-    /// shows it answered the polls it should.
-    #[tokio::test]
-    async fn a_poll_answered_before_rmcp_is_answered_as_rmcp_answers_it() {
-        let app = app(Some(Arc::new(HeaderIdentity)));
-        let carol = [("x-test-caller", "carol")];
-        let task_id = started(&app, json!({"script": [{"work": 600_000}]}), &carol).await;
-        let forged = format!("{}x", &task_id[..task_id.len() - 1]);
-        /// One poll: its task id, caller, whether it declares tasks, its JSON-RPC id, whether
-        /// it sends `Mcp-Name`, and whether the fast path answers it.
-        struct Case<'a>(&'a str, Option<&'a str>, bool, Value, bool, bool);
-        let cases = [
-            Case(&task_id, Some("carol"), true, json!(1), true, true),
-            Case(&forged, Some("carol"), true, json!(1), true, true),
-            Case("nope", Some("carol"), true, json!(1), true, true),
-            Case(&task_id, Some("mallory"), true, json!(1), true, true),
-            Case(&task_id, Some("carol"), false, json!(1), true, false),
-            Case(&task_id, Some("carol"), true, json!("req-7"), true, true),
-            Case(&task_id, Some("carol"), true, json!(2), false, true),
-            Case(&task_id, None, true, json!(1), true, false),
-        ];
-        for Case(id, who, tasks, rpc_id, named, taken) in cases {
-            let poll = |accept: &str| {
-                let meta = json!({
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
-                    "io.modelcontextprotocol/clientCapabilities": if tasks {
-                        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
-                    } else {
-                        json!({})
-                    },
-                });
-                let body = json!({"jsonrpc": "2.0", "id": rpc_id, "method": "tasks/get",
-                    "params": {"taskId": id, "_meta": meta}});
-                let mut builder = Request::post("/mcp")
-                    .header("host", "127.0.0.1")
-                    .header("content-type", "application/json")
-                    .header("accept", accept)
-                    .header("mcp-protocol-version", "2026-07-28")
-                    .header("mcp-method", "tasks/get");
-                if named {
-                    builder = builder.header("mcp-name", id);
-                }
-                if let Some(who) = who {
-                    builder = builder.header("x-test-caller", who);
-                }
-                builder.body(Body::from(body.to_string())).expect("request")
-            };
-            let before = poll::taken_here();
-            let fast = answer(&app, poll("application/json, text/event-stream")).await;
-            assert_eq!(
-                poll::taken_here() - before,
-                usize::from(taken),
-                "{id} {who:?}"
-            );
-            let rmcp = answer(&app, poll("application/json;q=1, text/event-stream")).await;
-            assert_eq!(
-                poll::taken_here() - before,
-                usize::from(taken),
-                "{id} {who:?}"
-            );
-            assert_eq!(
-                fast.0, rmcp.0,
-                "{id} {who:?} {tasks}: {} vs {}",
-                fast.2, rmcp.2
-            );
-            assert_eq!(fast.1.get("content-type"), rmcp.1.get("content-type"));
-            assert_eq!(fast.2, rmcp.2, "{id} {who:?} {tasks}");
-            assert_ne!(fast.2, Value::Null);
-            if taken && who == Some("carol") && id == task_id {
-                assert_eq!(fast.2["id"], rpc_id, "{}", fast.2);
-                assert_eq!(fast.2["result"]["status"], "working", "{}", fast.2);
-            }
-        }
-    }
-
-    /// A poll's engine read ends by the caller's deadline on the fast path as on rmcp's: a
-    /// transient fault that a retry would get past (100 ms later) is reported instead, since
-    /// the request must answer 50 ms from now. Time is paused, so both see the same bound.
+    /// A poll's engine read ends by the caller's deadline: a transient fault that a retry
+    /// would get past (100 ms later) is reported instead, since the request must answer 50 ms
+    /// from now. Time is paused, so the bound is exact.
     #[tokio::test(start_paused = true)]
-    async fn a_poll_answered_before_rmcp_keeps_the_callers_deadline() {
+    async fn a_poll_keeps_the_callers_deadline() {
         let (app, engine) = app_with(ServerOptions::default(), HttpOptions::default());
         let task_id = started(&app, json!({"script": [{"work": 600_000}]}), &[]).await;
-        let poll = |accept: &str, deadline: bool| {
+        let poll = |deadline: bool| {
             let mut r = request("tasks/get", json!({"taskId": task_id}), true, &[]);
             r.headers_mut()
                 .insert("mcp-name", task_id.parse().expect("value"));
-            r.headers_mut()
-                .insert("accept", accept.parse().expect("value"));
             if deadline {
                 let at = tokio::time::Instant::now()
                     + crate::caller::DEADLINE_MARGIN
@@ -568,31 +392,17 @@ mod tests {
             }
             r
         };
-        let mut answers = Vec::new();
-        for accept in [
-            "application/json, text/event-stream",
-            "application/json;q=1, text/event-stream",
-        ] {
-            let before = poll::taken_here();
-            engine.arm_read_fault(Some(0));
-            let (_, _, bounded) = answer(&app, poll(accept, true)).await;
-            engine.arm_read_fault(Some(0));
-            let (_, _, unbounded) = answer(&app, poll(accept, false)).await;
-            let fast = poll::taken_here() - before;
-            assert_eq!(fast, if accept.contains(';') { 0 } else { 2 }, "{accept}");
-            let message = bounded["result"]["statusMessage"].as_str().unwrap_or("");
-            assert!(
-                message.contains("did not answer within"),
-                "{accept}: {bounded}"
-            );
-            assert_eq!(unbounded["result"]["status"], "working", "{unbounded}");
-            assert!(
-                unbounded["result"].get("statusMessage").is_none(),
-                "{accept}: {unbounded}"
-            );
-            answers.push(bounded);
-        }
-        assert_eq!(answers[0], answers[1]);
+        engine.arm_read_fault(Some(0));
+        let (_, _, bounded) = answer(&app, poll(true)).await;
+        engine.arm_read_fault(Some(0));
+        let (_, _, unbounded) = answer(&app, poll(false)).await;
+        let message = bounded["result"]["statusMessage"].as_str().unwrap_or("");
+        assert!(message.contains("did not answer within"), "{bounded}");
+        assert_eq!(unbounded["result"]["status"], "working", "{unbounded}");
+        assert!(
+            unbounded["result"].get("statusMessage").is_none(),
+            "{unbounded}"
+        );
     }
 
     #[tokio::test]

@@ -23,6 +23,10 @@ pub(crate) struct Incoming {
     pub(crate) result: Option<Value>,
     /// `error` (an error response).
     pub(crate) error: Option<Value>,
+    /// Whether the message is a JSON-RPC 2.0 request, notification or response: `jsonrpc` is
+    /// `"2.0"`; a request's `method` is text and its `id` text or an integer; a response has
+    /// `result` or `error`.
+    pub(crate) well_formed: bool,
     /// The protocol revision the message is in: the transport's (`MCP-Protocol-Version` on
     /// HTTP, the session's on stdio), or for an `initialize` without one, the revision it asks
     /// for. `None` when neither says.
@@ -67,12 +71,30 @@ impl Incoming {
         if !members.object {
             return Incoming::default();
         }
+        let valid_id = |id: &Option<Value>| match id {
+            Some(Value::String(_)) => true,
+            Some(Value::Number(n)) => n.is_i64(),
+            _ => false,
+        };
+        let jsonrpc_2_0 = members.jsonrpc.as_ref().and_then(Value::as_str) == Some("2.0");
+        let well_formed = jsonrpc_2_0
+            && match &members.method {
+                Some(Value::String(_)) => members.id.is_none() || valid_id(&members.id),
+                Some(_) => false,
+                None => {
+                    members.result.is_some() && valid_id(&members.id)
+                        || members.error.is_some()
+                            && (valid_id(&members.id)
+                                || matches!(members.id, None | Some(Value::Null)))
+                }
+            };
         let method = match members.method {
             Some(Value::String(m)) => Some(m),
             _ => None,
         };
         let mut incoming = Incoming {
-            jsonrpc_2_0: members.jsonrpc.as_ref().and_then(Value::as_str) == Some("2.0"),
+            jsonrpc_2_0,
+            well_formed,
             id: members.id,
             params: members.params.unwrap_or(Value::Null),
             result: members.result,
@@ -86,6 +108,11 @@ impl Incoming {
                 .map(str::to_owned);
         }
         incoming
+    }
+
+    /// Whether the message is a JSON-RPC message at all (see `well_formed`).
+    pub(crate) fn is_message(&self) -> bool {
+        self.well_formed
     }
 
     /// The method, or `""` for a response.

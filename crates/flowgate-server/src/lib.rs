@@ -15,27 +15,31 @@
 //!   transport's types: `calls` (`tools/call`, with `mrtr` for arguments asked for first),
 //!   `tasks` (`tasks/get`, `update`, `cancel`, the listing), `wait` (the one wait until an
 //!   execution finishes), with `retry`, `errors`, `answers`, `hang_up` and `audit` beneath.
-//! - The dialects: `mcp`, rmcp's `ServerHandler` (the 2026-07-28 wire, and older clients'
-//!   synchronous calls), and `dialect_2025` (the 2025-11-25 tasks revision), both over the
-//!   same operations; `jsonrpc` is the one parse of a message they share.
-//! - The transports: [`http`] (stateless Streamable HTTP at `/mcp`) and [`stdio`].
+//! - The dispatcher (`dispatch`): the one table of MCP methods, by lifecycle (2026-07-28's
+//!   per-request one; older revisions' sessions, with `dialect_2025` for the 2025-11-25 tasks
+//!   revision), over the operations; `jsonrpc` is the one parse of a message, `reply` what the
+//!   dispatcher answers and the one writer of its bytes, `shapes` the wire's task shapes.
+//! - The transports, which decide only what they alone know and write each reply once:
+//!   [`http`] (stateless Streamable HTTP at `/mcp`) and [`stdio`].
 
 mod answers;
 mod audit;
 mod caller;
 mod calls;
 mod dialect_2025;
+mod dispatch;
 mod errors;
 mod hang_up;
 mod holds;
 pub mod http;
 mod jsonrpc;
-mod mcp;
 mod mrtr;
 mod output;
 mod params;
+mod reply;
 mod retry;
 mod server;
+mod shapes;
 pub mod stdio;
 mod tasks;
 mod tools;

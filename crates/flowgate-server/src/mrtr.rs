@@ -17,9 +17,7 @@ use std::collections::BTreeMap;
 use chrono::Utc;
 use flowgate_core::{Action, InputResponse};
 use rmcp::ErrorData;
-use rmcp::model::{
-    CallToolResult, ContentBlock, InputRequests, InputRequiredResult, InputResponses,
-};
+use rmcp::model::{InputRequests, InputRequiredResult, InputResponses};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -47,8 +45,8 @@ pub(crate) enum Gathered {
     Ready(Map<String, Value>),
     /// Ask the client (the first round, or answers are still missing).
     Ask(InputRequiredResult),
-    /// The caller refused to answer.
-    Refused(CallToolResult),
+    /// The caller refused to answer: why nothing was started.
+    Refused(String),
 }
 
 fn digest(arguments: &Map<String, Value>) -> String {
@@ -130,9 +128,7 @@ impl FlowgateServer {
                         "{}: the caller declined to provide `{}`, so nothing was started",
                         entry.spec.name, e.argument
                     );
-                    return Ok(Gathered::Refused(CallToolResult::error(vec![
-                        ContentBlock::text(text),
-                    ])));
+                    return Ok(Gathered::Refused(text));
                 }
             }
         }

@@ -1,95 +1,250 @@
 //! The same server over stdin and stdout, for hosts that launch MCP servers as subprocesses.
 //!
-//! A sieve in front of rmcp reads stdin line by line and parses each line once
-//! ([`Incoming`]):
+//! Each line of stdin is parsed once ([`Incoming`]) and handed to the dispatcher
+//! (`crate::dispatch`) with what the session knows of its client: the revision and
+//! capabilities its `initialize` settled. What only stdio decides lives here:
 //!
-//! - a line that is not JSON gets a `-32700` parse error (rmcp's stdio transport would drop it
-//!   without a word, and the client would wait forever), a line longer than rmcp takes a
-//!   `-32600`;
-//! - in a session that `initialize`d with protocol 2025-11-25, the revision's task requests
-//!   (and the client's answers to the questions `tasks/result` asks) are answered by
-//!   `crate::dialect_2025`, as on HTTP, each on its own task, its questions and answer written
-//!   to stdout; `notifications/cancelled` for one of them ends it;
-//! - every other line goes on to rmcp unchanged, which calls `crate::mcp`.
+//! - a line that is not JSON gets a `-32700` parse error, a line longer than [`MAX_LINE`] a
+//!   `-32600`, JSON that is no JSON-RPC message a `-32600` (a client must never wait forever
+//!   for an answer to a line the server could not read);
+//! - each request runs on a task of its own, so a held request (`tasks/result`, a synchronous
+//!   call) holds nothing else; `notifications/cancelled` ends the request it names, and the end
+//!   of input ends them all;
+//! - `initialize` is answered before the next line is read, since the lines after it are in
+//!   the revision it settles;
+//! - a 2025-11-25 `tasks/result` sends the questions it asks as `elicitation/create` requests
+//!   on stdout, whose answers come back as lines like any other.
 //!
-//! When traces or metrics are on, each request line begins its MCP request span here (its
-//! parent is the trace context in `params._meta`), which its answer ends, as on HTTP.
-//!
-//! Everything written to stdout goes through rmcp's own writer, so no message interleaves
-//! with another. The `initialize` answer of a 2025-11-25 session gains `capabilities.tasks`
-//! there, and tells the sieve the session's revision.
+//! Every message goes to stdout through one writer, a line each, so none interleaves with
+//! another. When traces or metrics are on, each request's span begins when its line is read
+//! (its parent is the trace context in `params._meta`) and ends with its reply.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{
-    CustomRequest, CustomResult, RequestId, ServerJsonRpcMessage, ServerRequest, ServerResult,
-};
-use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
-use rmcp::transport::Transport;
-use rmcp::transport::async_rw::{AsyncRwTransport, DEFAULT_MAX_LINE_LENGTH};
-use rmcp::{ErrorData, RoleServer, ServiceExt};
+use rmcp::ErrorData;
+use rmcp::model::{ClientCapabilities, InitializeRequestParams};
 use serde_json::Value;
-use tokio::io::{
-    AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
-};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument as _;
 
-use crate::dialect_2025::{self, Handled, Outbox, Question, V2025};
+use crate::dialect_2025::{Outbox, Question};
+use crate::dispatch::{self, Request, Session as Known};
 use crate::jsonrpc::Incoming;
-use crate::mcp::McpService;
+use crate::reply::{self, Payload, Reply};
 use crate::{Caller, FlowgateServer};
 
-/// Bytes buffered between the sieve and rmcp.
-const PIPE_BYTES: usize = 64 * 1024;
+/// The longest line read (16 MiB, what rmcp's stdio transport took).
+const MAX_LINE: usize = 16 * 1024 * 1024;
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+/// How long the answers of requests in flight may take to go out once input has ended.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves MCP on stdio until the client closes the stream.
 ///
 /// # Errors
-/// When the transport fails to start or ends with an error.
+/// When stdout cannot be written.
 pub async fn serve(server: FlowgateServer) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let (stdin, stdout) = rmcp::transport::stdio();
-    let (sieved, to_rmcp) = tokio::io::duplex(PIPE_BYTES);
-    let (out, outgoing) = mpsc::unbounded_channel();
-    let session = Arc::new(Session::default());
-    let route = Route {
-        server: server.clone(),
-        session: Arc::clone(&session),
-        out,
-    };
-    tokio::spawn(sieve(
-        BufReader::new(stdin),
-        sieved,
-        route,
-        DEFAULT_MAX_LINE_LENGTH,
-    ));
-    let transport = Stdio {
-        inner: AsyncRwTransport::new_server(to_rmcp, stdout),
-        outgoing,
-        session: Arc::clone(&session),
-        server: server.clone(),
-    };
-    let observed = Arc::clone(&session);
-    let caller_of = move |ctx: &RequestContext<RoleServer>| caller_of(&observed, ctx);
-    let running = McpService::new(server, Arc::new(caller_of))
-        .serve(transport)
-        .await?;
-    running.waiting().await?;
+    let input = tokio::io::BufReader::new(tokio::io::stdin());
+    serve_on(server, input, tokio::io::stdout(), MAX_LINE).await?;
     Ok(())
 }
 
-/// The caller of a request rmcp routes on stdio: nobody authenticated, its JSON-RPC id, gone
-/// when the client cancels the request, traced in the span its line began.
-fn caller_of(session: &Session, ctx: &RequestContext<RoleServer>) -> Caller {
-    let id = serde_json::to_value(&ctx.id).unwrap_or_default();
-    let span = session.span_of(&id_key(&id));
-    Caller::anonymous(id_text(&id))
-        .with_gone(ctx.ct.clone())
-        .with_span(span)
+/// Serves MCP on `input` and `output` until `input` ends.
+async fn serve_on<R, W>(
+    server: FlowgateServer,
+    mut input: R,
+    output: W,
+    max_line: usize,
+) -> std::io::Result<()>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, lines) = mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(write_lines(lines, output));
+    let session = Arc::new(Session::default());
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut input)
+            .take(max_line as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await;
+        let refused = match read {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line.len() > max_line && !line.ends_with(b"\n") => {
+                if skip_rest_of_line(&mut input).await.is_err() {
+                    break;
+                }
+                Some((
+                    None,
+                    ErrorData::invalid_request(
+                        format!("Invalid Request: a message is longer than {max_line} bytes"),
+                        None,
+                    ),
+                ))
+            }
+            Ok(_) => match parse(&line, session.revision().as_deref()) {
+                Ok(None) => None,
+                Ok(Some(message)) if !message.is_message() => Some((
+                    message.id.clone(),
+                    ErrorData::invalid_request(
+                        "Invalid Request: the line is JSON but not a JSON-RPC request or notification",
+                        None,
+                    ),
+                )),
+                Ok(Some(message)) => {
+                    session.take(&server, message, &out).await;
+                    None
+                }
+                Err(problem) => Some((
+                    None,
+                    ErrorData::parse_error(format!("Parse error: {problem}"), None),
+                )),
+            },
+        };
+        if let Some((id, error)) = refused
+            && out.send(reply::bytes(id.as_ref(), &Err(error))).is_err()
+        {
+            break;
+        }
+    }
+    // The end of input ends every request in flight; their answers still go out.
+    session.closed.cancel();
+    drop(out);
+    match tokio::time::timeout(DRAIN, writer).await {
+        Ok(Ok(written)) => written,
+        _ => Ok(()),
+    }
+}
+
+/// Writes each message on its own line, in the order sent, until every sender is gone.
+async fn write_lines<W: AsyncWrite + Unpin>(
+    mut lines: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut output: W,
+) -> std::io::Result<()> {
+    while let Some(mut line) = lines.recv().await {
+        line.push(b'\n');
+        output.write_all(&line).await?;
+        output.flush().await?;
+    }
+    Ok(())
+}
+
+/// What one stdio session knows: what its `initialize` settled, and the requests in flight.
+#[derive(Debug, Default)]
+struct Session {
+    known: Mutex<Known>,
+    in_flight: Mutex<HashMap<String, CancellationToken>>,
+    closed: CancellationToken,
+}
+
+impl Session {
+    fn known(&self) -> Known {
+        self.known.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn revision(&self) -> Option<String> {
+        self.known().revision
+    }
+
+    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes one message: `initialize` and responses at once, other requests on tasks of their
+    /// own.
+    async fn take(
+        self: &Arc<Self>,
+        server: &FlowgateServer,
+        message: Incoming,
+        out: &mpsc::UnboundedSender<Vec<u8>>,
+    ) {
+        if message.method() == "notifications/cancelled"
+            && let Some(id) = message.params.get("requestId")
+            && let Some(flight) = self.flights().remove(&id_key(id))
+        {
+            flight.cancel();
+        }
+        let id = message.id.as_ref().map(id_key).unwrap_or_default();
+        let gone = self.closed.child_token();
+        let initialize = message.method() == "initialize";
+        let request = message.method.is_some() && message.id.is_some() && !initialize;
+        if request {
+            self.flights().insert(id.clone(), gone.clone());
+        }
+        let session = Arc::clone(self);
+        let (server, out) = (server.clone(), out.clone());
+        let answer = async move {
+            let observed = observe(&message);
+            let span = observed
+                .as_ref()
+                .map_or_else(tracing::Span::none, |r| r.span().clone());
+            let caller = Caller::anonymous(message.id.as_ref().map(id_text).unwrap_or_default())
+                .with_gone(gone)
+                .with_span(span);
+            let ask = |question: Question| {
+                let _ = out.send(question.to_json().to_string().into_bytes());
+            };
+            // stdio has no deadline and cannot resume a request: a hold that runs out answers
+            // with an error saying to call again.
+            let outbox = Outbox {
+                send: &ask,
+                resumable: false,
+                end_at_question: false,
+            };
+            let known = session.known();
+            let reply = dispatch::dispatch(
+                &server,
+                Request {
+                    message: &message,
+                    caller: &caller,
+                    session: Some(&known),
+                    outbox: Some(outbox),
+                },
+            )
+            .await;
+            session.flights().remove(&id);
+            if let Some(observed) = observed {
+                observed.end(reply.ended());
+            }
+            let outcome = match reply {
+                Reply::Answer(answer) => answer.outcome,
+                // No identity on stdio: every caller may call every tool.
+                Reply::Forbidden(_) => Err(ErrorData::invalid_params("unknown tool", None)),
+                Reply::Accepted | Reply::Stray | Reply::Gone | Reply::Paused => return,
+            };
+            if initialize && let Ok(result) = &outcome {
+                session.settle(&message, result);
+            }
+            let _ = out.send(reply::bytes(message.id.as_ref(), &outcome));
+        };
+        if request {
+            tokio::spawn(answer);
+        } else {
+            answer.await;
+        }
+    }
+
+    /// What `initialize` (`message`, answered with `result`) settled: the revision the server
+    /// answered with, and the client's capabilities.
+    fn settle(&self, message: &Incoming, result: &Payload) {
+        let revision = match result {
+            Payload::Json(value) => value.get("protocolVersion").cloned(),
+            Payload::Written(text) => serde_json::from_str::<Value>(text)
+                .ok()
+                .and_then(|v| v.get("protocolVersion").cloned()),
+        };
+        let capabilities: Option<ClientCapabilities> =
+            serde_json::from_value::<InitializeRequestParams>(message.params.clone())
+                .ok()
+                .map(|p| p.capabilities);
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.revision = revision.and_then(|v| v.as_str().map(str::to_owned));
+        known.capabilities = capabilities;
+    }
 }
 
 /// The MCP request a line is, observed (`None` when traces and metrics are off, or the line
@@ -113,21 +268,6 @@ fn observe(message: &Incoming) -> Option<flowgate_telemetry::Request> {
     }))
 }
 
-/// How an answer ends its request.
-fn ended(message: &ServerJsonRpcMessage) -> Option<(String, flowgate_telemetry::Ended)> {
-    match message {
-        ServerJsonRpcMessage::Response(response) => Some((
-            id_key(&serde_json::to_value(&response.id).ok()?),
-            flowgate_telemetry::Ended::Ok,
-        )),
-        ServerJsonRpcMessage::Error(error) => Some((
-            id_key(&serde_json::to_value(error.id.as_ref()?).ok()?),
-            flowgate_telemetry::Ended::Error(i64::from(error.error.code.0)),
-        )),
-        _ => None,
-    }
-}
-
 /// A JSON-RPC id as the request id of log lines: a number in decimal, a string as it is when
 /// it is a short token (else a fresh id, as on HTTP).
 fn id_text(id: &Value) -> String {
@@ -137,207 +277,13 @@ fn id_text(id: &Value) -> String {
     }
 }
 
-/// A JSON-RPC id as the key of the session's maps: exact (`"1"` and `1` differ), unlike
+/// A JSON-RPC id as the key of the session's map: exact (`"1"` and `1` differ), unlike
 /// [`id_text`], which replaces an id that is no token.
 fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
-/// What one stdio session knows: the revision its `initialize` settled on, and the dialect
-/// requests in flight (to end one that is cancelled, and all of them at the end of input).
-#[derive(Debug, Default)]
-struct Session {
-    revision: Mutex<Option<String>>,
-    in_flight: Mutex<HashMap<String, CancellationToken>>,
-    closed: CancellationToken,
-    /// The requests rmcp serves, observed until answered, by JSON-RPC id.
-    observed: Mutex<HashMap<String, flowgate_telemetry::Request>>,
-}
-
-impl Session {
-    fn revision(&self) -> Option<String> {
-        self.revision
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn settle(&self, revision: &str) {
-        *self.revision.lock().unwrap_or_else(|p| p.into_inner()) = Some(revision.to_owned());
-    }
-
-    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn observed(&self) -> std::sync::MutexGuard<'_, HashMap<String, flowgate_telemetry::Request>> {
-        self.observed.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The span of the request `id` rmcp is serving (disabled when it is not traced).
-    fn span_of(&self, id: &str) -> tracing::Span {
-        self.observed()
-            .get(id)
-            .map_or_else(tracing::Span::none, |r| r.span().clone())
-    }
-
-    /// The request `id` was answered.
-    fn answered(&self, id: &str, how: flowgate_telemetry::Ended) {
-        let observed = self.observed().remove(id);
-        if let Some(request) = observed {
-            request.end(how);
-        }
-    }
-}
-
-/// Where the sieve sends each line.
-struct Route {
-    server: FlowgateServer,
-    session: Arc<Session>,
-    /// Messages for stdout, written through rmcp's writer.
-    out: mpsc::UnboundedSender<ServerJsonRpcMessage>,
-}
-
-impl Route {
-    /// Whether `message` is the 2025-11-25 dialect's, which then answers it on a task of its
-    /// own. `initialize` always goes to rmcp, which runs the session.
-    fn dialect(&self, message: Incoming) -> Option<Incoming> {
-        if message.method() == "notifications/cancelled"
-            && let Some(id) = message.params.get("requestId")
-            && let Some(flight) = self.session.flights().remove(&id_key(id))
-        {
-            flight.cancel();
-        }
-        if message.method() == "initialize" || !dialect_2025::claims(&self.server, &message) {
-            return Some(message);
-        }
-        let id = message.id.as_ref().map(id_key).unwrap_or_default();
-        let gone = self.session.closed.child_token();
-        self.session.flights().insert(id.clone(), gone.clone());
-        let observed = observe(&message);
-        let span = observed
-            .as_ref()
-            .map_or_else(tracing::Span::none, |r| r.span().clone());
-        let caller = Caller::anonymous(message.id.as_ref().map(id_text).unwrap_or_default())
-            .with_gone(gone)
-            .with_span(span.clone());
-        let (server, session, out) = (
-            self.server.clone(),
-            Arc::clone(&self.session),
-            self.out.clone(),
-        );
-        tokio::spawn(async move {
-            let ask = |question: Question| {
-                let request = CustomRequest::new("elicitation/create", Some(question.params));
-                let id = RequestId::String(question.id.into());
-                let _ = out.send(ServerJsonRpcMessage::request(
-                    ServerRequest::CustomRequest(request),
-                    id,
-                ));
-            };
-            // stdio has no deadline and cannot resume a request: a hold that runs out answers
-            // with an error saying to call again.
-            let outbox = Outbox {
-                send: &ask,
-                resumable: false,
-                end_at_question: false,
-            };
-            let handled = dialect_2025::handle(&server, &caller, &message, Some(outbox))
-                .instrument(span)
-                .await;
-            session.flights().remove(&id);
-            let Handled::Reply(answer) = handled else {
-                return;
-            };
-            if let Some(observed) = observed {
-                observed.end(match &answer {
-                    Ok(_) => flowgate_telemetry::Ended::Ok,
-                    Err(e) => flowgate_telemetry::Ended::Error(i64::from(e.code.0)),
-                });
-            }
-            let Some(id) = message
-                .id
-                .clone()
-                .and_then(|id| serde_json::from_value::<RequestId>(id).ok())
-            else {
-                return;
-            };
-            let _ = out.send(match answer {
-                Ok(result) => ServerJsonRpcMessage::response(
-                    ServerResult::CustomResult(CustomResult(result)),
-                    id,
-                ),
-                Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-            });
-        });
-        None
-    }
-}
-
-/// Copies each line of `input` that is JSON and not the dialect's to `output`, answers each
-/// one that is not JSON (or is longer than `max_line` bytes) with an error, and hands the
-/// dialect its own. Ends at the end of `input` (closing `output`, which ends the service, and
-/// ending the dialect's holds) or when rmcp has gone.
-async fn sieve<R, W>(mut input: R, mut output: W, route: Route, max_line: usize)
-where
-    R: AsyncBufRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = (&mut input)
-            .take(max_line as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .await;
-        let error = match read {
-            Ok(0) | Err(_) => break,
-            Ok(_) if line.len() > max_line && !line.ends_with(b"\n") => {
-                if skip_rest_of_line(&mut input).await.is_err() {
-                    break;
-                }
-                ErrorData::invalid_request(
-                    format!("Invalid Request: a message is longer than {max_line} bytes"),
-                    None,
-                )
-            }
-            Ok(_) => match parse(&line, route.session.revision().as_deref()) {
-                Ok(message) => {
-                    let passes = match message {
-                        None => true,
-                        Some(message) => match route.dialect(message) {
-                            Some(message) => {
-                                // A request rmcp serves: observed until its answer goes out.
-                                if let (Some(observed), Some(id)) = (observe(&message), &message.id)
-                                {
-                                    route.session.observed().insert(id_key(id), observed);
-                                }
-                                true
-                            }
-                            None => false,
-                        },
-                    };
-                    if passes && output.write_all(&line).await.is_err() {
-                        break;
-                    }
-                    continue;
-                }
-                Err(problem) => ErrorData::parse_error(format!("Parse error: {problem}"), None),
-            },
-        };
-        // A parse error has no id to answer (MCP omits it).
-        if route
-            .out
-            .send(ServerJsonRpcMessage::error(error, None))
-            .is_err()
-        {
-            break;
-        }
-    }
-    route.session.closed.cancel();
-}
-
-/// The message on `line` (`None` for a blank line, which rmcp skips), or why it is not JSON.
+/// The message on `line` (`None` for a blank line), or why it is not JSON.
 fn parse(line: &[u8], revision: Option<&str>) -> Result<Option<Incoming>, String> {
     let line = line.strip_prefix(UTF8_BOM).unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
@@ -353,7 +299,7 @@ async fn skip_rest_of_line<R: AsyncBufRead + Unpin>(input: &mut R) -> std::io::R
     loop {
         chunk.clear();
         let n = (&mut *input)
-            .take(PIPE_BYTES as u64)
+            .take(64 * 1024)
             .read_until(b'\n', &mut chunk)
             .await?;
         if n == 0 || chunk.ends_with(b"\n") {
@@ -362,67 +308,18 @@ async fn skip_rest_of_line<R: AsyncBufRead + Unpin>(input: &mut R) -> std::io::R
     }
 }
 
-/// rmcp's stdio transport, plus the messages the sieve and the dialect write.
-struct Stdio<T> {
-    inner: T,
-    outgoing: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
-    session: Arc<Session>,
-    server: FlowgateServer,
-}
-
-impl<T: Transport<RoleServer>> Transport<RoleServer> for Stdio<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: TxJsonRpcMessage<RoleServer>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        if let Some((id, how)) = ended(&item) {
-            self.session.answered(&id, how);
-        }
-        let item = match item {
-            ServerJsonRpcMessage::Response(response) => match response.result {
-                // The session's revision is what its `initialize` settled on; a 2025-11-25
-                // session's answer declares the revision's tasks capability.
-                ServerResult::InitializeResult(info) => {
-                    self.session.settle(info.protocol_version.as_str());
-                    let result = if info.protocol_version.as_str() == V2025 {
-                        ServerResult::CustomResult(CustomResult(dialect_2025::initialize_result(
-                            &self.server,
-                        )))
-                    } else {
-                        ServerResult::InitializeResult(info)
-                    };
-                    ServerJsonRpcMessage::response(result, response.id)
-                }
-                result => ServerJsonRpcMessage::response(result, response.id),
-            },
-            other => other,
-        };
-        self.inner.send(item)
-    }
-
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
-        loop {
-            tokio::select! {
-                message = self.inner.receive() => return message,
-                Some(message) = self.outgoing.recv() => {
-                    // Sent on its own task so this future stays safe to drop, as rmcp polls it
-                    // inside a select.
-                    let send = self.inner.send(message);
-                    tokio::spawn(async move {
-                        if let Err(e) = send.await {
-                            tracing::debug!(error = %e, "could not write a message on stdout");
-                        }
-                    });
-                }
-            }
-        }
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
-    }
+/// The JSON-RPC answers `input` (lines) gets from a server of `tools`, in order of writing.
+#[cfg(test)]
+async fn answers(server: FlowgateServer, input: &str, max_line: usize) -> Vec<Value> {
+    let (output, mut read) = tokio::io::duplex(1 << 20);
+    serve_on(server, input.as_bytes(), output, max_line)
+        .await
+        .expect("served");
+    let mut text = String::new();
+    read.read_to_string(&mut text).await.expect("read");
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| serde_json::json!({"unreadable": l})))
+        .collect()
 }
 
 #[cfg(test)]
@@ -431,83 +328,72 @@ mod tests {
 
     use super::*;
     use crate::{ServerOptions, ToolSet};
+    use serde_json::json;
 
-    fn route() -> (Route, mpsc::UnboundedReceiver<ServerJsonRpcMessage>) {
+    fn server() -> FlowgateServer {
         let keys = Keyring::new(HandleKey::random("k").expect("key"), vec![]);
-        let server = FlowgateServer::new(ToolSet::default(), keys, ServerOptions::default());
-        let (out, written) = mpsc::unbounded_channel();
-        let route = Route {
-            server,
-            session: Arc::new(Session::default()),
-            out,
-        };
-        (route, written)
-    }
-
-    async fn sift(input: &str, route: Route, max_line: usize) -> String {
-        let (mut out, sieved) = tokio::io::duplex(PIPE_BYTES);
-        sieve(input.as_bytes(), sieved, route, max_line).await;
-        let mut passed = String::new();
-        out.read_to_string(&mut passed).await.expect("read");
-        passed
+        FlowgateServer::new(ToolSet::default(), keys, ServerOptions::default())
     }
 
     #[tokio::test]
-    async fn json_lines_pass_and_every_other_line_is_reported() {
+    async fn every_line_that_is_no_message_is_answered_with_an_error() {
         let long = format!("[{}]\n", "1,".repeat(100));
         let input = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":1}}\n{{not json\n\n\u{feff}[1]\r\n{long}{{\"open\": \n[2]"
         );
-        let (route, mut written) = route();
-        let passed = sift(&input, route, 100).await;
+        let answers = answers(server(), &input, 100).await;
+        let codes: Vec<_> = answers.iter().map(|a| a["error"]["code"].clone()).collect();
         assert_eq!(
-            passed,
-            "{\"jsonrpc\":\"2.0\",\"id\":1}\n\n\u{feff}[1]\r\n[2]"
+            codes,
+            [
+                json!(-32600),
+                json!(-32700),
+                json!(-32600),
+                json!(-32600),
+                json!(-32700),
+                json!(-32600)
+            ],
+            "{answers:?}"
         );
-        let mut codes = Vec::new();
-        while let Ok(message) = written.try_recv() {
-            let (error, id) = message.into_error().expect("an error");
-            assert!(id.is_none());
-            codes.push(error.code.0);
-        }
-        assert_eq!(codes, [-32700, -32600, -32700]);
+        assert_eq!(answers[0]["id"], 1, "an id that can be read is answered");
     }
 
     #[tokio::test]
-    async fn a_2025_session_has_its_task_requests_answered_by_the_dialect() {
-        let (route, mut written) = route();
-        route.session.settle(V2025);
+    async fn a_2025_session_gets_the_revisions_task_methods() {
         let input = concat!(
             r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
             "\n",
             r#"{"jsonrpc":"2.0","id":2,"method":"tasks/list","params":{}}"#,
             "\n",
             r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#,
             "\n",
         );
-        let passed = sift(input, route, 4096).await;
-        // initialize and ping are rmcp's; tasks/list is answered here.
-        assert!(passed.contains(r#""method":"initialize""#), "{passed}");
-        assert!(passed.contains(r#""method":"ping""#), "{passed}");
-        assert!(!passed.contains("tasks/list"), "{passed}");
-        let answer = tokio::time::timeout(std::time::Duration::from_secs(5), written.recv())
-            .await
-            .expect("answered")
-            .expect("a message");
-        let (result, id) = answer.into_response().expect("a response");
-        assert_eq!(id, RequestId::Number(2));
-        let ServerResult::CustomResult(CustomResult(result)) = result else {
-            panic!("{result:?}");
+        let answers = answers(server(), input, 4096).await;
+        let by_id = |id: i64| {
+            answers
+                .iter()
+                .find(|a| a["id"] == id)
+                .unwrap_or_else(|| panic!("{id}: {answers:?}"))
         };
-        assert_eq!(result, serde_json::json!({"tasks": []}));
+        assert_eq!(by_id(1)["result"]["protocolVersion"], "2025-11-25");
+        assert!(by_id(1)["result"]["capabilities"]["tasks"].is_object());
+        assert_eq!(by_id(2)["result"], json!({"tasks": []}));
+        assert_eq!(by_id(3)["result"], json!({}));
+        assert_eq!(answers.len(), 3, "the notification is not answered");
     }
 
     #[tokio::test]
-    async fn another_revisions_task_requests_go_to_rmcp() {
-        let (route, _written) = route();
-        route.session.settle("2025-06-18");
-        let line = r#"{"jsonrpc":"2.0","id":2,"method":"tasks/list","params":{}}"#;
-        let passed = sift(&format!("{line}\n"), route, 4096).await;
-        assert_eq!(passed, format!("{line}\n"));
+    async fn another_revisions_session_has_no_task_listing() {
+        let input = concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"tasks/list","params":{}}"#,
+            "\n",
+        );
+        let answers = answers(server(), input, 4096).await;
+        assert_eq!(answers[0]["result"]["protocolVersion"], "2025-06-18");
+        assert_eq!(answers[1]["error"]["code"], -32601, "{answers:?}");
     }
 }

@@ -1,0 +1,427 @@
+//! The one table of MCP methods: every method of every revision flowgate serves is decided
+//! here, once, for every transport.
+//!
+//! A transport parses a message once ([`Incoming`]), finds its [`Caller`], and hands both over
+//! with what it knows of the client (a stdio session's `initialize`; nothing on stateless
+//! HTTP). The dispatcher decides the request's lifecycle, then looks the method up in that
+//! lifecycle's table:
+//!
+//! - **Per request** (2026-07-28): the request's `_meta` names its revision, the client and
+//!   its capabilities. An unknown revision is `-32022`; `_meta` without a required key is
+//!   `-32602` (a malformed request: [`Answer::malformed`]). The table: `server/discover`,
+//!   `tools/list`, `tools/call`, `tasks/get`, `tasks/update`, `tasks/cancel` (the tasks
+//!   extension: `-32021` unless the client declared it); `ping` and everything else is
+//!   `-32601`.
+//! - **Session** (2025-11-25 and older): the revision is the transport's (the
+//!   `MCP-Protocol-Version` header, the session's `initialize`). The table: `initialize`,
+//!   `ping`, `tools/list`, `tools/call` (synchronous), and in 2025-11-25 the revision's task
+//!   methods (module `dialect_2025`).
+//!
+//! What every entry shares is decided here too: the scope check of `tools/call` (a tool the
+//! caller may not use is [`Reply::Forbidden`], which HTTP answers with its challenge), the
+//! params decoded with the field at fault named, and results shaped for the revision (cache
+//! hints in 2026-07-28, no `resultType` before). Entries answer with a [`Reply`], which each
+//! transport writes once; how the request ended is read from it, never from written bytes.
+
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities,
+    CreateTaskResult, DiscoverRequestParams, DiscoverResult, GetTaskParams, GetTaskResult,
+    InitializeRequestParams, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    RequestMetaObject, ServerResult, UpdateTaskParams,
+};
+use serde_json::Value;
+use tracing::Instrument as _;
+
+use crate::calls::{Call, Called};
+use crate::dialect_2025::{self, Handled, Outbox, V2025};
+use crate::jsonrpc::Incoming;
+use crate::reply::{Answer, Payload, Reply};
+use crate::{Caller, FlowgateServer, params};
+
+/// The revision an older request is in when nothing says (the Streamable HTTP rule for a
+/// request without `MCP-Protocol-Version`).
+const DEFAULT_REVISION: &str = "2025-03-26";
+
+/// What a session said of its client at `initialize` (stdio); stateless transports have none.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Session {
+    /// The revision the session agreed on.
+    pub(crate) revision: Option<String>,
+    /// The client's capabilities, as it declared them.
+    pub(crate) capabilities: Option<ClientCapabilities>,
+}
+
+/// One request, as a transport hands it over.
+pub(crate) struct Request<'a> {
+    /// The message, parsed once.
+    pub(crate) message: &'a Incoming,
+    /// Who is calling.
+    pub(crate) caller: &'a Caller,
+    /// The session the request belongs to (stdio).
+    pub(crate) session: Option<&'a Session>,
+    /// Where a 2025-11-25 `tasks/result` sends the questions it asks while it holds.
+    pub(crate) outbox: Option<Outbox<'a>>,
+}
+
+/// The request's lifecycle, decided from the message and the session.
+enum Lifecycle {
+    /// 2026-07-28: the request says everything.
+    PerRequest(Option<ClientCapabilities>),
+    /// A session's request (or a stateless one of an older revision) in `revision`.
+    Session {
+        revision: String,
+        capabilities: Option<ClientCapabilities>,
+    },
+}
+
+/// Answers one message.
+pub(crate) async fn dispatch(server: &FlowgateServer, request: Request<'_>) -> Reply {
+    let message = request.message;
+    let Some(method) = message.method.as_deref() else {
+        // A client's answer to a question `tasks/result` asked.
+        if dialect_2025::answers_a_question(message) {
+            let span = request.caller.span().clone();
+            dialect_2025::answered(server, request.caller, message)
+                .instrument(span)
+                .await;
+            return Reply::Accepted;
+        }
+        return Reply::Stray;
+    };
+    if message.id.is_none() {
+        // Notifications change nothing in a stateless server; a transport acts on the ones
+        // that concern it (stdio: `notifications/cancelled`) before handing them over.
+        return Reply::Accepted;
+    }
+    let lifecycle = match lifecycle(message, request.session) {
+        Ok(lifecycle) => lifecycle,
+        Err(refused) => return Reply::Answer(refused),
+    };
+    let span = request.caller.span().clone();
+    match lifecycle {
+        Lifecycle::PerRequest(capabilities) => {
+            per_request(server, &request, method, capabilities.as_ref())
+                .instrument(span)
+                .await
+        }
+        Lifecycle::Session {
+            revision,
+            capabilities,
+        } => {
+            session(server, &request, method, &revision, capabilities.as_ref())
+                .instrument(span)
+                .await
+        }
+    }
+}
+
+/// The lifecycle of `message`, or the answer that refuses it.
+fn lifecycle(message: &Incoming, session: Option<&Session>) -> Result<Lifecycle, Answer> {
+    let meta: RequestMetaObject = message
+        .params
+        .get("_meta")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .unwrap_or_default();
+    let method = message.method();
+    let requested = meta.protocol_version();
+    if method != "initialize" && (requested.is_some() || method == "server/discover") {
+        if let Some(requested) = &requested
+            && !ProtocolVersion::KNOWN_VERSIONS.contains(requested)
+        {
+            return Err(Answer {
+                outcome: Err(ErrorData::unsupported_protocol_version(
+                    requested.clone(),
+                    ProtocolVersion::KNOWN_VERSIONS,
+                )),
+                malformed: false,
+                per_request: true,
+            });
+        }
+        let missing = meta.missing_required_keys(&ProtocolVersion::V_2026_07_28);
+        if !missing.is_empty() {
+            return Err(Answer {
+                outcome: Err(ErrorData::invalid_params(
+                    format!(
+                        "request _meta is missing or has malformed required fields: {}",
+                        missing.join(", ")
+                    ),
+                    None,
+                )),
+                malformed: true,
+                per_request: true,
+            });
+        }
+        return Ok(Lifecycle::PerRequest(meta.client_capabilities()));
+    }
+    let revision = message
+        .revision
+        .clone()
+        .or_else(|| session.and_then(|s| s.revision.clone()))
+        .unwrap_or_else(|| DEFAULT_REVISION.to_owned());
+    Ok(Lifecycle::Session {
+        revision,
+        capabilities: session.and_then(|s| s.capabilities.clone()),
+    })
+}
+
+/// The 2026-07-28 table.
+async fn per_request(
+    server: &FlowgateServer,
+    request: &Request<'_>,
+    method: &str,
+    capabilities: Option<&ClientCapabilities>,
+) -> Reply {
+    let caller = request.caller;
+    let message = request.message;
+    let takes_tasks = capabilities.is_some_and(ClientCapabilities::supports_tasks);
+    let outcome = match method {
+        "server/discover" => decode_optional::<DiscoverRequestParams>(message).map(|_| {
+            Out::Typed(ServerResult::DiscoverResult(
+                DiscoverResult::from_server_info(
+                    ProtocolVersion::KNOWN_VERSIONS.to_vec(),
+                    server.info().clone(),
+                ),
+            ))
+        }),
+        "tools/list" => tools_list(server, caller, message).map(Out::Typed),
+        "tools/call" => {
+            let can_elicit = capabilities.is_some_and(|c| c.elicitation.is_some());
+            match call(server, caller, message, takes_tasks, can_elicit).await {
+                Ok(Called::Forbidden(scopes)) => return Reply::Forbidden(scopes),
+                Ok(Called::Task(view)) => Ok(CallToolResponse::Task(CreateTaskResult::new(
+                    crate::shapes::task(&view),
+                ))),
+                Ok(Called::Complete(result)) => Ok(CallToolResponse::Complete(result)),
+                Ok(Called::Refused(why)) => Ok(CallToolResponse::Complete(Called::refusal(why))),
+                Ok(Called::Ask(ask)) => Ok(CallToolResponse::InputRequired(ask)),
+                Err(e) => Err(e),
+            }
+            .map(|response| Out::Typed(ServerResult::from(response)))
+        }
+        "tasks/get" | "tasks/update" | "tasks/cancel" => {
+            if let Err(e) = tasks_capability(server, takes_tasks, method) {
+                return Reply::answer(Err(e), true);
+            }
+            tasks(server, caller, message, method).await
+        }
+        other => Err(crate::errors::method_not_found(other)),
+    };
+    Reply::answer(
+        outcome.and_then(|out| match out {
+            Out::Typed(mut result) => {
+                result.fill_missing_cache_hints();
+                written(&result)
+            }
+            Out::Written(text) => Ok(Payload::Written(text)),
+        }),
+        true,
+    )
+}
+
+/// The older revisions' table (2025-11-25 with its tasks dialect).
+async fn session(
+    server: &FlowgateServer,
+    request: &Request<'_>,
+    method: &str,
+    revision: &str,
+    capabilities: Option<&ClientCapabilities>,
+) -> Reply {
+    let caller = request.caller;
+    let message = request.message;
+    if revision == V2025 && dialect_2025::serves(server, message) {
+        return match dialect_2025::handle(server, caller, message, request.outbox).await {
+            Handled::Reply(outcome) => Reply::answer(outcome.map(Payload::Json), false),
+            Handled::Forbidden(scopes) => Reply::Forbidden(scopes),
+            Handled::Gone => Reply::Gone,
+            Handled::Paused => Reply::Paused,
+        };
+    }
+    let outcome = match method {
+        "initialize" => initialize(server, message).map(Out::Typed),
+        "ping" => Ok(Out::Typed(ServerResult::empty(()))),
+        "tools/list" => tools_list(server, caller, message).map(Out::Typed),
+        "tools/call" => match call(server, caller, message, false, false).await {
+            Ok(Called::Forbidden(scopes)) => return Reply::Forbidden(scopes),
+            Ok(Called::Complete(result)) => Ok(Out::Typed(ServerResult::from(
+                CallToolResponse::Complete(result),
+            ))),
+            Ok(Called::Refused(why)) => Ok(Out::Typed(ServerResult::from(
+                CallToolResponse::Complete(Called::refusal(why)),
+            ))),
+            // Neither is given to a client that cannot take it.
+            Ok(Called::Task(_) | Called::Ask(_)) => Err(ErrorData::internal_error(
+                "the call did not run synchronously",
+                None,
+            )),
+            Err(e) => Err(e),
+        },
+        // The tasks extension is the 2026-07-28 revision's; a session declares it at
+        // `initialize` (never, before 2026-07-28).
+        "tasks/get" | "tasks/update" | "tasks/cancel" => {
+            let declared = capabilities.is_some_and(ClientCapabilities::supports_tasks);
+            match tasks_capability(server, declared, method) {
+                Ok(()) => tasks(server, caller, message, method).await,
+                Err(e) => Err(e),
+            }
+        }
+        other => Err(crate::errors::method_not_found(other)),
+    };
+    Reply::answer(
+        outcome.and_then(|out| match out {
+            Out::Typed(mut result) => {
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+                written(&result)
+            }
+            Out::Written(text) => Ok(Payload::Written(text)),
+        }),
+        false,
+    )
+}
+
+/// A result, typed or already written.
+enum Out {
+    /// rmcp's type, shaped for the revision before it is written.
+    Typed(ServerResult),
+    /// Written in place (a `tasks/get` result).
+    Written(String),
+}
+
+/// `initialize`: the server's description, in the revision agreed on (the client's when
+/// flowgate speaks it, else the newest with a handshake).
+fn initialize(server: &FlowgateServer, message: &Incoming) -> Result<ServerResult, ErrorData> {
+    let request: InitializeRequestParams = params::decode(message.method(), non_null(message))?;
+    let mut info = server.info().clone();
+    info.protocol_version = if request.protocol_version.has_initialize()
+        && ProtocolVersion::KNOWN_VERSIONS.contains(&request.protocol_version)
+    {
+        request.protocol_version
+    } else {
+        ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .filter(|v| v.has_initialize())
+            .max_by(|a, b| a.as_str().cmp(b.as_str()))
+            .cloned()
+            .unwrap_or(ProtocolVersion::V_2025_11_25)
+    };
+    Ok(ServerResult::InitializeResult(info))
+}
+
+/// `tools/list`: the tools the caller's scopes let it call.
+fn tools_list(
+    server: &FlowgateServer,
+    caller: &Caller,
+    message: &Incoming,
+) -> Result<ServerResult, ErrorData> {
+    decode_optional::<PaginatedRequestParams>(message)?;
+    Ok(ServerResult::ListToolsResult(
+        ListToolsResult::with_all_items(
+            server
+                .tools_for(caller)
+                .iter()
+                .map(|t| t.tool.clone())
+                .collect(),
+        ),
+    ))
+}
+
+/// `tools/call`, for a client that takes tasks (or not) and answers form elicitations (or
+/// not).
+async fn call(
+    server: &FlowgateServer,
+    caller: &Caller,
+    message: &Incoming,
+    takes_tasks: bool,
+    can_elicit: bool,
+) -> Result<Called, ErrorData> {
+    let request: CallToolRequestParams = params::decode(message.method(), non_null(message))?;
+    let call = Call {
+        name: request.name.into_owned(),
+        arguments: request.arguments.unwrap_or_default(),
+        input_responses: request.input_responses,
+        request_state: request.request_state,
+        takes_tasks,
+        can_elicit,
+    };
+    server.call(caller, call).await
+}
+
+/// `tasks/get`, `tasks/update`, `tasks/cancel` of the tasks extension.
+async fn tasks(
+    server: &FlowgateServer,
+    caller: &Caller,
+    message: &Incoming,
+    method: &str,
+) -> Result<Out, ErrorData> {
+    match method {
+        "tasks/get" => {
+            let request: GetTaskParams = params::decode(method, non_null(message))?;
+            let view = server.task_get(caller, &request.task_id).await?;
+            // The most frequent request: written in place from the view when it can be.
+            if let Some(text) = crate::shapes::written(&view) {
+                return Ok(Out::Written(text));
+            }
+            Ok(Out::Typed(ServerResult::GetTaskResult(GetTaskResult::new(
+                crate::shapes::detailed(view),
+            ))))
+        }
+        "tasks/update" => {
+            let request: UpdateTaskParams = params::decode(method, non_null(message))?;
+            server
+                .task_update(caller, &request.task_id, request.input_responses)
+                .await?;
+            Ok(Out::Typed(ServerResult::task_ack(())))
+        }
+        _ => {
+            let request: CancelTaskParams = params::decode(method, non_null(message))?;
+            server.task_cancel(caller, &request.task_id).await?;
+            Ok(Out::Typed(ServerResult::task_ack(())))
+        }
+    }
+}
+
+/// The tasks extension's methods exist when the server serves tasks (else `-32601`), for a
+/// client that declared the extension (else `-32021`, naming it).
+fn tasks_capability(
+    server: &FlowgateServer,
+    declared: bool,
+    method: &str,
+) -> Result<(), ErrorData> {
+    if !server.info().capabilities.supports_tasks() {
+        return Err(crate::errors::method_not_found(method));
+    }
+    if declared {
+        Ok(())
+    } else {
+        Err(ErrorData::missing_required_client_capability(
+            ClientCapabilities::builder().enable_tasks().build(),
+        ))
+    }
+}
+
+/// The params, `None` when the message has none.
+fn non_null(message: &Incoming) -> Option<&Value> {
+    Some(&message.params).filter(|p| !p.is_null())
+}
+
+/// Params that may be absent, decoded when present.
+fn decode_optional<T: serde::de::DeserializeOwned>(message: &Incoming) -> Result<(), ErrorData> {
+    match non_null(message) {
+        None => Ok(()),
+        Some(Value::Object(params)) => {
+            // `_meta` is the request's, not the method's params.
+            let mut params = params.clone();
+            params.remove("_meta");
+            params::decode::<T>(message.method(), Some(&Value::Object(params))).map(|_| ())
+        }
+        Some(params) => params::decode::<T>(message.method(), Some(params)).map(|_| ()),
+    }
+}
+
+/// A result of rmcp's types, written once.
+fn written(result: &ServerResult) -> Result<Payload, ErrorData> {
+    serde_json::to_string(result)
+        .map(Payload::Written)
+        .map_err(|e| ErrorData::internal_error(format!("an answer did not serialise: {e}"), None))
+}
