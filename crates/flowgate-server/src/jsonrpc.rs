@@ -8,6 +8,19 @@
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+/// The answer to a message that is JSON but no JSON-RPC message (every transport's).
+pub(crate) fn not_a_message() -> rmcp::ErrorData {
+    rmcp::ErrorData::invalid_request(
+        "Invalid Request: the message is JSON but not a JSON-RPC request, notification or response",
+        None,
+    )
+}
+
+/// The answer to a message that is not JSON (every transport's).
+pub(crate) fn not_json(problem: &dyn std::fmt::Display) -> rmcp::ErrorData {
+    rmcp::ErrorData::parse_error(format!("Parse error: {problem}"), None)
+}
+
 /// The parts of a JSON-RPC message flowgate looks at before (or instead of) rmcp.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Incoming {

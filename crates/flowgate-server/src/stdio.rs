@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dialect_2025::{Outbox, Question};
 use crate::dispatch::{self, Request, Session as Known};
-use crate::jsonrpc::Incoming;
+use crate::jsonrpc::{self, Incoming};
 use crate::reply::{self, Payload, Reply};
 use crate::{Caller, FlowgateServer};
 
@@ -88,21 +88,14 @@ where
             }
             Ok(_) => match parse(&line, session.revision().as_deref()) {
                 Ok(None) => None,
-                Ok(Some(message)) if !message.is_message() => Some((
-                    message.id.clone(),
-                    ErrorData::invalid_request(
-                        "Invalid Request: the line is JSON but not a JSON-RPC request or notification",
-                        None,
-                    ),
-                )),
+                Ok(Some(message)) if !message.is_message() => {
+                    Some((message.id.clone(), jsonrpc::not_a_message()))
+                }
                 Ok(Some(message)) => {
                     session.take(&server, message, &out).await;
                     None
                 }
-                Err(problem) => Some((
-                    None,
-                    ErrorData::parse_error(format!("Parse error: {problem}"), None),
-                )),
+                Err(problem) => Some((None, jsonrpc::not_json(&problem))),
             },
         };
         if let Some((id, error)) = refused

@@ -42,7 +42,7 @@ use super::origins::Guard;
 use super::{names, resume};
 use crate::dialect_2025::{Outbox, Question, V2025};
 use crate::dispatch::{self, Request as Dispatched};
-use crate::jsonrpc::Incoming;
+use crate::jsonrpc::{self, Incoming};
 use crate::reply::{self, Answer, Reply};
 use crate::{Caller, FlowgateServer, audit};
 
@@ -124,16 +124,13 @@ pub(crate) async fn serve(State(entry): State<Arc<Entry>>, request: Request) -> 
     let message = match Incoming::parse(&bytes, revision) {
         Ok(message) if message.is_message() => message,
         Ok(message) => {
-            let invalid = ErrorData::invalid_request(
-                "Invalid Request: the body is JSON but not a JSON-RPC request or notification",
-                None,
+            return json(
+                StatusCode::BAD_REQUEST,
+                message.id.as_ref(),
+                jsonrpc::not_a_message(),
             );
-            return json(StatusCode::BAD_REQUEST, message.id.as_ref(), invalid);
         }
-        Err(e) => {
-            let error = ErrorData::parse_error(format!("Parse error: {e}"), None);
-            return json(StatusCode::BAD_REQUEST, None, error);
-        }
+        Err(e) => return json(StatusCode::BAD_REQUEST, None, jsonrpc::not_json(&e)),
     };
     let observed = observe(&message, &caller, &parts.headers);
     let caller = with_span(caller, observed.as_ref());

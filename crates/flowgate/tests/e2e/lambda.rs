@@ -199,6 +199,16 @@ impl Lambda {
         headers: &[(&str, &str)],
         body: &Value,
     ) -> Answer {
+        self.post_text(signer, headers, body.to_string()).await
+    }
+
+    /// [`Lambda::post`] with a body that need not be JSON.
+    pub(crate) async fn post_text(
+        &self,
+        signer: Option<&str>,
+        headers: &[(&str, &str)],
+        body: String,
+    ) -> Answer {
         let base = match signer {
             Some(_) => &self.signing_proxy,
             None => &self.function_url,
@@ -208,7 +218,7 @@ impl Lambda {
             .post(format!("{base}/mcp"))
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .body(body.to_string())
+            .body(body)
             .timeout(Duration::from_secs(120));
         if let Some(name) = signer {
             req = req.header("x-emulator-sign-as", name);

@@ -28,3 +28,4 @@ mod stepfunctions;
 mod support;
 mod task_headers;
 mod telemetry;
+mod transports;
