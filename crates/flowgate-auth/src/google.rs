@@ -6,6 +6,11 @@
 //! locally generated key set in their place).
 //!
 //! Who may call is an [`AllowList`]: exact emails, and whole domains by Google's `hd` claim.
+//! [`GoogleIdentity`] is the [`Identity`](crate::Identity) that reads either credential.
+
+mod identity;
+
+pub use identity::{GoogleCredential, GoogleIdentity};
 
 use crate::validate::{Identity, SubjectClaim, TokenKind, ValidatorConfig};
 use jsonwebtoken::Algorithm;

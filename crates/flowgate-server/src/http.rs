@@ -8,8 +8,8 @@
 //!
 //! 1. `request_id`: a span with the request's id (the platform's, or a fresh one).
 //! 2. `authenticate`: the one authentication middleware. The configured [`Identity`] (OAuth,
-//!    a Google credential, the AWS Lambda request context) vouches for the caller or the
-//!    request is refused; the request's [`Caller`] goes in its extensions. Nothing reads the
+//!    a Google credential, the AWS Lambda request context: each implemented in
+//!    `flowgate_auth`) vouches for the caller or the request is refused; the request's [`Caller`] goes in its extensions. Nothing reads the
 //!    body of a request before this.
 //! 3. `parse`: the body is parsed once into the JSON-RPC message, which goes in the
 //!    extensions; a body that is no message gets its JSON-RPC error; a `tasks/*` request
@@ -33,9 +33,7 @@
 
 mod authenticate;
 mod dialect;
-mod identity;
 mod names;
-mod oauth;
 mod observe;
 mod origins;
 mod parse;
@@ -44,8 +42,6 @@ mod request_id;
 mod resume;
 mod scopes;
 
-pub use identity::{GoogleCredential, GoogleIdentity};
-pub use oauth::OAuthIdentity;
 pub use origins::allowed_origin;
 
 use std::sync::Arc;
