@@ -134,6 +134,17 @@ pub(crate) async fn handle(
     message: &Incoming,
     outbox: Option<Outbox<'_>>,
 ) -> Handled {
+    caller
+        .bounded(dispatch(server, caller, message, outbox))
+        .await
+}
+
+async fn dispatch(
+    server: &FlowgateServer,
+    caller: &Caller,
+    message: &Incoming,
+    outbox: Option<Outbox<'_>>,
+) -> Handled {
     let answer = match message.method() {
         "" => {
             answered(server, caller, message).await;

@@ -14,7 +14,10 @@
 //! - [`FlowgateServer`] (`server`) and the task operations, which take a [`Caller`] and no
 //!   transport's types: `calls` (`tools/call`, with `mrtr` for arguments asked for first),
 //!   `tasks` (`tasks/get`, `update`, `cancel`, the listing), `wait` (the one wait until an
-//!   execution finishes), with `retry`, `errors`, `answers`, `hang_up` and `audit` beneath.
+//!   execution finishes), with `errors`, `answers`, `hang_up` and `audit` beneath. They call
+//!   each tool's engine plainly: retries and deadlines are the decorator the tool set wraps
+//!   it in (`flowgate_core::retrying`), bounded by the request's deadline, which each transport
+//!   sets once per request ([`Caller::bounded`]).
 //! - The dialects: `mcp`, rmcp's `ServerHandler` (the 2026-07-28 wire, and older clients'
 //!   synchronous calls), and `dialect_2025` (the 2025-11-25 tasks revision), both over the
 //!   same operations; `jsonrpc` is the one parse of a message they share.
@@ -34,7 +37,6 @@ mod mcp;
 mod mrtr;
 mod output;
 mod params;
-mod retry;
 mod server;
 pub mod stdio;
 mod tasks;

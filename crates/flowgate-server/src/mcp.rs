@@ -91,7 +91,11 @@ impl ServerHandler for McpService {
         // their own).
         let span = caller.span().clone();
         Ok(
-            match self.server.call(&caller, call).instrument(span).await? {
+            match caller
+                .bounded(self.server.call(&caller, call))
+                .instrument(span)
+                .await?
+            {
                 Called::Task(view) => CallToolResponse::Task(CreateTaskResult::new(task(&view))),
                 Called::Complete(result) => CallToolResponse::Complete(result),
                 Called::Ask(ask) => CallToolResponse::InputRequired(ask),
@@ -106,9 +110,8 @@ impl ServerHandler for McpService {
     ) -> Result<GetTaskResult, ErrorData> {
         let caller = (self.caller_of)(&ctx);
         let span = caller.span().clone();
-        let view = self
-            .server
-            .task_get(&caller, &request.task_id)
+        let view = caller
+            .bounded(self.server.task_get(&caller, &request.task_id))
             .instrument(span)
             .await?;
         Ok(GetTaskResult::new(detailed(view)))
@@ -121,10 +124,10 @@ impl ServerHandler for McpService {
     ) -> Result<(), ErrorData> {
         let caller = (self.caller_of)(&ctx);
         let span = caller.span().clone();
-        self.server
-            .task_update(&caller, &request.task_id, request.input_responses)
-            .instrument(span)
-            .await
+        let update = self
+            .server
+            .task_update(&caller, &request.task_id, request.input_responses);
+        caller.bounded(update).instrument(span).await
     }
 
     async fn cancel_task(
@@ -134,8 +137,8 @@ impl ServerHandler for McpService {
     ) -> Result<(), ErrorData> {
         let caller = (self.caller_of)(&ctx);
         let span = caller.span().clone();
-        self.server
-            .task_cancel(&caller, &request.task_id)
+        caller
+            .bounded(self.server.task_cancel(&caller, &request.task_id))
             .instrument(span)
             .await
     }

@@ -109,8 +109,8 @@ pub(crate) async fn answer(server: &FlowgateServer, caller: &Caller, poll: Poll<
     // Inside the request's span, as rmcp's handler runs it (module `observe` made the span and
     // records the answer's outcome; `task_get` counts the poll by tool).
     let span = caller.span().clone();
-    let got = server
-        .task_get(&caller, poll.task_id)
+    let got = caller
+        .bounded(server.task_get(&caller, poll.task_id))
         .instrument(span)
         .await;
     on_drop.disarm();
