@@ -1,11 +1,16 @@
 //! Google-signed identities, for deployments where Google authenticates the caller: a Google
 //! ID token (OIDC, `Authorization: Bearer`, audience = the service's URL, as Cloud Run callers
 //! send) or an Identity-Aware Proxy assertion (`X-Goog-IAP-JWT-Assertion`, audience = the
-//! backend service or App Engine app). Both are JWTs checked by the same [`TokenValidator`]
-//! as OAuth access tokens, against Google's published keys (configurable, so tests can put a
-//! locally generated key set in their place).
+//! backend service or App Engine app). Both are JWTs checked by the same
+//! [`TokenValidator`](crate::TokenValidator) as OAuth access tokens, against Google's published
+//! keys (configurable, so tests can put a locally generated key set in their place).
 //!
 //! Who may call is an [`AllowList`]: exact emails, and whole domains by Google's `hd` claim.
+//! [`GoogleIdentity`] is the [`Identity`](crate::Identity) that reads either credential.
+
+mod identity;
+
+pub use identity::{GoogleCredential, GoogleIdentity};
 
 use crate::validate::{Identity, SubjectClaim, TokenKind, ValidatorConfig};
 use jsonwebtoken::Algorithm;

@@ -183,7 +183,8 @@ pub struct ExecutionSummary {
 /// that only grows, a finished execution) or only for a moment (a record reused for a second
 /// by concurrent polls), never anything another instance could not read from the engine.
 /// Implementations classify their failures into [`EngineError`] kinds and never retry on their
-/// own; retries with backoff are the caller's policy.
+/// own; retries with backoff, and the calls' deadlines, are the
+/// [`Retrying`](crate::retrying::Retrying) decorator's policy.
 #[async_trait]
 pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// The engine kind (`local`, `stepfunctions`, ...), as written in manifests.

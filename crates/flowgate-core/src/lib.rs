@@ -10,6 +10,8 @@
 //! - [`handle`]: task handles, the sealed tokens that are the task ids clients hold.
 //! - [`observe`]: what adapters report to the operator's telemetry (throttles, the trace).
 //! - [`pacing`]: a poll interval an account's API quota affords, for token-bucket engines.
+//! - [`retrying`]: the decorator that retries engine calls after passing faults and ends each
+//!   by its deadline and the request's, so neither adapters nor the task operations do.
 //! - [`template`]: the one template language engines render call arguments with.
 //! - [`wire`]: the projection of a record onto the MCP tasks extension (2026-07-28).
 //! - `conformance` and `testing` (feature `testing`): the engine conformance suite and an
@@ -23,6 +25,7 @@ pub mod observe;
 pub mod pacing;
 mod record;
 mod registry;
+pub mod retrying;
 mod state;
 pub mod template;
 pub mod wire;

@@ -122,12 +122,12 @@ impl Caller {
             .map(|d| d.checked_sub(DEADLINE_MARGIN).unwrap_or(d))
     }
 
-    /// `limit`, or less when the request must answer sooner ([`Caller::answer_by`]).
-    pub(crate) fn bound(&self, limit: Duration) -> Duration {
-        match self.answer_by() {
-            Some(by) => limit.min(by.saturating_duration_since(Instant::now())),
-            None => limit,
-        }
+    /// Runs `work`, this caller's request, so that every engine call in it ends before the
+    /// request must answer (its deadline less the margin to answer): the engines' decorator
+    /// (`flowgate_core::retrying`) reads it, and a call it cuts short is a `Timeout`. Each
+    /// transport runs each request's operation in this, once.
+    pub async fn bounded<F: std::future::Future>(&self, work: F) -> F::Output {
+        flowgate_core::retrying::answer_by(self.answer_by(), work).await
     }
 
     /// Completes when the caller has gone away (never, on a transport that cannot tell).

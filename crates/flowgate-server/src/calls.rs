@@ -14,7 +14,6 @@ use crate::errors::{start_failed, tool_error};
 use crate::hang_up::StopOnDrop;
 use crate::holds::too_many_calls;
 use crate::mrtr::Gathered;
-use crate::retry::{START_DEADLINE, within};
 use crate::tasks::TaskView;
 use crate::wait::{Questions, Waited};
 use crate::{Caller, FlowgateServer, ToolEntry, audit};
@@ -141,12 +140,7 @@ impl FlowgateServer {
                 Err(e) => Ok(Called::Refused(vec![start_failed(&entry.spec.name, &e)])),
             };
         }
-        let kind = entry.engine.kind();
-        let started = match within(START_DEADLINE, caller, kind, || {
-            entry.engine.start(start.clone())
-        })
-        .await
-        {
+        let started = match entry.engine.start(start.clone()).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(tool = %entry.spec.name, error = %e, "start failed");
@@ -262,23 +256,22 @@ impl FlowgateServer {
             }
             Waited::OutOfTime(None) => "the workflow did not finish within the synchronous wait",
         };
-        // The stop must fit in what is left of the request: past that, the guard stops the
-        // execution in the background instead.
-        let left = caller.deadline().map_or(START_DEADLINE, |d| {
-            d.saturating_duration_since(tokio::time::Instant::now())
-                .saturating_sub(STOP_MARGIN)
-                .min(START_DEADLINE)
-        });
-        match tokio::time::timeout(left, entry.engine.cancel(execution)).await {
-            Ok(Ok(())) => {
+        // The stop must fit in what is left of the request (which is more than its engine
+        // calls had: the stop gets all but the time to answer): past that, the guard stops
+        // the execution in the background instead.
+        let stop_by = caller
+            .deadline()
+            .map(|d| d.checked_sub(STOP_MARGIN).unwrap_or(d));
+        match flowgate_core::retrying::answer_by(stop_by, entry.engine.cancel(execution)).await {
+            Ok(()) => {
                 guard.disarm();
                 audit::stopped(caller, name, &execution.0, "sync_wait");
             }
-            Ok(Err(e)) => {
+            Err(EngineError::Timeout { .. }) => drop(guard),
+            Err(e) => {
                 guard.disarm();
                 tracing::warn!(tool = %name, %execution, error = %e, "stopping the execution failed");
             }
-            Err(_) => drop(guard),
         }
         let waited = began.elapsed().as_secs_f32().round();
         Ok(CallToolResult::error(vec![ContentBlock::text(format!(

@@ -82,9 +82,8 @@ pub(crate) async fn dispatch(server: &FlowgateServer, request: Request<'_>) -> R
         // A client's answer to a question `tasks/result` asked.
         if dialect_2025::answers_a_question(message) {
             let span = request.caller.span().clone();
-            dialect_2025::answered(server, request.caller, message)
-                .instrument(span)
-                .await;
+            let answered = dialect_2025::answered(server, request.caller, message);
+            request.caller.bounded(answered.instrument(span)).await;
             return Reply::Accepted;
         }
         return Reply::Stray;
@@ -99,21 +98,19 @@ pub(crate) async fn dispatch(server: &FlowgateServer, request: Request<'_>) -> R
         Err(refused) => return Reply::Answer(refused),
     };
     let span = request.caller.span().clone();
-    match lifecycle {
-        Lifecycle::PerRequest(capabilities) => {
-            per_request(server, &request, method, capabilities.as_ref())
-                .instrument(span)
-                .await
+    let answer = async {
+        match lifecycle {
+            Lifecycle::PerRequest(capabilities) => {
+                per_request(server, &request, method, capabilities.as_ref()).await
+            }
+            Lifecycle::Session {
+                revision,
+                capabilities,
+            } => session(server, &request, method, &revision, capabilities.as_ref()).await,
         }
-        Lifecycle::Session {
-            revision,
-            capabilities,
-        } => {
-            session(server, &request, method, &revision, capabilities.as_ref())
-                .instrument(span)
-                .await
-        }
-    }
+    };
+    // Every engine call of the request ends by the request's deadline (set here, once).
+    request.caller.bounded(answer.instrument(span)).await
 }
 
 /// The lifecycle of `message`, or the answer that refuses it.

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use flowgate_core::{Engine, ExecutionRef};
 
-use crate::retry::retrying;
 use crate::{Caller, ToolEntry, audit};
 
 /// Stops an execution when dropped, unless disarmed first.
@@ -55,7 +54,7 @@ impl Drop for StopOnDrop {
         let tool = std::mem::take(&mut self.tool);
         let caller = self.caller.clone();
         runtime.spawn(async move {
-            match retrying(|| engine.cancel(&execution)).await {
+            match engine.cancel(&execution).await {
                 Ok(()) => {
                     tracing::info!(%tool, %execution, "the caller hung up; execution stopped");
                     audit::stopped(&caller, &tool, &execution.0, "hung_up");

@@ -8,9 +8,9 @@
 //!
 //! 1. `request_id`: a span with the request's id (the platform's, or a fresh one).
 //! 2. `authenticate`: the one authentication middleware. The configured [`Identity`] (OAuth,
-//!    a Google credential, the AWS Lambda request context) vouches for the caller or the
-//!    request is refused; the request's [`Caller`] goes in its extensions. Nothing reads the
-//!    body of a request before this.
+//!    a Google credential, the AWS Lambda request context: each implemented in
+//!    `flowgate_auth`) vouches for the caller or the request is refused; the request's
+//!    [`Caller`] goes in its extensions. Nothing reads the body of a request before this.
 //! 3. `entry`: the one handler of `/mcp`. What only HTTP knows is decided there (`Host` and
 //!    `Origin` with `origins`, the HTTP method, `Accept`, `Content-Type`, the body parsed once,
 //!    the MCP headers against it with `headers`, the request's span and count); the message
@@ -23,15 +23,11 @@
 mod authenticate;
 mod entry;
 mod headers;
-mod identity;
 mod names;
-mod oauth;
 mod origins;
 mod request_id;
 mod resume;
 
-pub use identity::{GoogleCredential, GoogleIdentity};
-pub use oauth::OAuthIdentity;
 pub use origins::allowed_origin;
 
 use std::sync::Arc;

@@ -14,7 +14,10 @@
 //! - [`FlowgateServer`] (`server`) and the task operations, which take a [`Caller`] and no
 //!   transport's types: `calls` (`tools/call`, with `mrtr` for arguments asked for first),
 //!   `tasks` (`tasks/get`, `update`, `cancel`, the listing), `wait` (the one wait until an
-//!   execution finishes), with `retry`, `errors`, `answers`, `hang_up` and `audit` beneath.
+//!   execution finishes), with `errors`, `answers`, `hang_up` and `audit` beneath. They call
+//!   each tool's engine plainly: retries and deadlines are the decorator the tool set wraps
+//!   it in (`flowgate_core::retrying`), bounded by the request's deadline, which the
+//!   dispatcher sets once per request ([`Caller::bounded`]).
 //! - The dispatcher (`dispatch`): the one table of MCP methods, by lifecycle (2026-07-28's
 //!   per-request one; older revisions' sessions, with `dialect_2025` for the 2025-11-25 tasks
 //!   revision), over the operations; `jsonrpc` is the one parse of a message, `reply` what the
@@ -37,7 +40,6 @@ mod mrtr;
 mod output;
 mod params;
 mod reply;
-mod retry;
 mod server;
 mod shapes;
 pub mod stdio;

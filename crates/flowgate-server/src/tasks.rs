@@ -11,7 +11,6 @@ use crate::answers;
 use std::sync::Arc;
 
 use crate::errors::{rpc_error, task_not_found, tool_gone};
-use crate::retry::{START_DEADLINE, reading, within};
 use crate::{Caller, FlowgateServer, ToolEntry, audit};
 
 /// A task as the operations answer it: its id and its projection, which each dialect shapes.
@@ -134,8 +133,7 @@ impl FlowgateServer {
     ) -> Result<TaskView, ErrorData> {
         let (handle, entry) = self.open(caller, task_id)?;
         let how = &entry.presentation;
-        let kind = entry.engine.kind();
-        let wire = match reading(caller, kind, || entry.engine.get(&handle.execution)).await {
+        let wire = match entry.engine.get(&handle.execution).await {
             Ok(mut record) => {
                 known_times(&mut record, &handle);
                 if record.state.is_terminal() {
@@ -203,18 +201,17 @@ impl FlowgateServer {
         }
         // The questions' schemas live in the engine's record: read it once, check every answer
         // against it, and deliver only when all of them are sound.
-        let kind = entry.engine.kind();
-        let record = reading(caller, kind, || entry.engine.get(&handle.execution))
+        let record = entry
+            .engine
+            .get(&handle.execution)
             .await
             .map_err(|e| rpc_error(&entry.spec.name, &e))?;
         let mut delivered = serde_json::Map::new();
         for (key, response) in answers::checked(&record, responses)? {
-            match within(START_DEADLINE, caller, kind, || {
-                entry
-                    .engine
-                    .respond(&handle.execution, &key, response.clone())
-            })
-            .await
+            match entry
+                .engine
+                .respond(&handle.execution, &key, response.clone())
+                .await
             {
                 Ok(()) => {
                     delivered.insert(key, serde_json::to_value(&response).unwrap_or_default());
@@ -242,11 +239,11 @@ impl FlowgateServer {
         task_id: &str,
     ) -> Result<(), ErrorData> {
         let (handle, entry) = self.open(caller, task_id)?;
-        within(START_DEADLINE, caller, entry.engine.kind(), || {
-            entry.engine.cancel(&handle.execution)
-        })
-        .await
-        .map_err(|e| rpc_error(&entry.spec.name, &e))?;
+        entry
+            .engine
+            .cancel(&handle.execution)
+            .await
+            .map_err(|e| rpc_error(&entry.spec.name, &e))?;
         tracing::info!(tool = %entry.spec.name, execution = %handle.execution, "cancel requested");
         audit::cancelled(caller, &entry.spec.name, handle.execution.0.as_str());
         Ok(())
@@ -264,11 +261,7 @@ impl FlowgateServer {
                 continue;
             }
             let filter = ListFilter::for_principal(tag.clone(), Some(limit));
-            let listed = match reading(caller, entry.engine.kind(), || {
-                entry.engine.list(filter.clone())
-            })
-            .await
-            {
+            let listed = match entry.engine.list(filter).await {
                 Ok(listed) => listed,
                 Err(e) => {
                     tracing::warn!(tool = %entry.spec.name, error = %e, "tasks/list: the engine could not list");

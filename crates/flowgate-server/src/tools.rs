@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use flowgate_core::handle::ToolTag;
+use flowgate_core::retrying::Retrying;
 use flowgate_core::wire::Presentation;
 use flowgate_core::{Engine, Registry};
 use flowgate_manifest::{Manifest, ManifestError, Schema, TaskSupport, ToolSpec};
@@ -85,13 +86,14 @@ impl ToolSet {
                 )));
                 continue;
             }
-            // Every call of the tool's engine is traced and counted, in one place.
+            // Every call of the tool's engine is traced and counted, in one place; outside
+            // that, retried and bounded by its deadlines (each attempt a call of its own).
             if let Some(metrics) = flowgate_telemetry::metrics::get() {
                 metrics.tool_engine(&spec.name, engine.kind());
             }
             let engine = flowgate_telemetry::Instrumented::new(engine, &spec.name);
             let series = engine.series().cloned();
-            let engine: Arc<dyn Engine> = Arc::new(engine);
+            let engine: Arc<dyn Engine> = Arc::new(Retrying::new(engine));
             let output = match spec.output_check() {
                 Ok(output) => output,
                 Err(e) => {

@@ -18,7 +18,6 @@ use flowgate_core::{EngineError, ExecutionRecord, ExecutionRef};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::retry::reading;
 use crate::{Caller, FlowgateServer, ToolEntry, audit};
 
 /// The longest a wait sleeps between two reads when the tool's interval is longer (a waiting
@@ -72,14 +71,13 @@ impl FlowgateServer {
         if let Some(by) = caller.answer_by() {
             end = end.min(by);
         }
-        let kind = entry.engine.kind();
         let floor = Duration::from_millis(entry.presentation.poll_interval_ms).min(POLL_CAP);
         let mut asked = HashSet::new();
         loop {
             let read = tokio::select! {
                 biased;
                 () = caller.gone() => return Waited::Gone,
-                read = reading(caller, kind, || entry.engine.get(execution)) => read,
+                read = entry.engine.get(execution) => read,
             };
             let mut last_error = None;
             let mut pause = floor.max(entry.engine.pacing().unwrap_or_default());

@@ -1,7 +1,7 @@
 //! Every engine call, traced and counted in one place: [`Instrumented`], a decorator the server
 //! puts around each tool's engine.
 //!
-//! Each call (each attempt, when the server retries) gets a span (`flowgate.engine`,
+//! Each call (each attempt, when `flowgate_core::retrying::Retrying` outside it retries) gets a span (`flowgate.engine`,
 //! `flowgate.operation`, `flowgate.tool`, `flowgate.status`, `flowgate.throttled`,
 //! `flowgate.retry`, `flowgate.attempt`, and `flowgate.task.state` for a read) whose parent is
 //! the request being served, and counts in `flowgate_engine_calls_total` and
@@ -24,19 +24,10 @@ use tracing::field::Empty;
 use crate::SPAN_TARGET;
 use crate::metrics::{Metrics, ToolName, ToolSeries};
 
-tokio::task_local! {
-    /// Which attempt of a call the current engine call is (1 for the first).
-    static ATTEMPT: u32;
-}
-
-/// Runs `call` as attempt `attempt` of an engine call: the server's retry policy wraps each
-/// attempt in this, so the engine's span says whether it is a retry.
-pub async fn attempt<F: Future>(attempt: u32, call: F) -> F::Output {
-    ATTEMPT.scope(attempt, call).await
-}
-
+/// Which attempt of a call the current engine call is, as the retrying decorator outside this
+/// one says (`flowgate_core::retrying`): 1 for the first.
 fn current_attempt() -> u32 {
-    ATTEMPT.try_with(|a| *a).unwrap_or(1)
+    flowgate_core::retrying::attempt()
 }
 
 /// The value of the `status` field and the `outcome` label for a call's result.
@@ -280,19 +271,32 @@ mod tests {
     #[tokio::test]
     async fn calls_are_counted_by_operation_and_outcome_and_retries_are_marked() {
         let metrics = leak(Metrics::new());
-        let engine = Instrumented::with_metrics(FakeEngine::new(), "etl", Some(metrics));
+        let fake = FakeEngine::new();
+        // As the server stacks them: each attempt of a retried call is a call of its own.
+        let engine = flowgate_core::retrying::Retrying::new(Instrumented::with_metrics(
+            fake.clone(),
+            "etl",
+            Some(metrics),
+        ));
         let request = StartRequest::new("etl", json!({"script": []}), "p");
         let started = engine.start(request).await.expect("start");
         engine.get(&started.execution).await.expect("get");
         let missing = ExecutionRef("nope".into());
-        let again = attempt(2, engine.get(&missing)).await;
-        assert!(again.is_err_and(|e| e.is_not_found()));
+        let gone = engine.get(&missing).await;
+        assert!(gone.is_err_and(|e| e.is_not_found()));
+        // A read that fails once, then is retried.
+        fake.arm_read_fault(Some(0));
+        engine
+            .get(&started.execution)
+            .await
+            .expect("the retried get");
         let text = metrics.encode();
         for line in [
             "flowgate_engine_calls_total{tool=\"etl\",engine=\"fake\",operation=\"start\",outcome=\"ok\"} 1",
-            "flowgate_engine_calls_total{tool=\"etl\",engine=\"fake\",operation=\"get\",outcome=\"ok\"} 1",
+            "flowgate_engine_calls_total{tool=\"etl\",engine=\"fake\",operation=\"get\",outcome=\"ok\"} 2",
             "flowgate_engine_calls_total{tool=\"etl\",engine=\"fake\",operation=\"get\",outcome=\"not_found\"} 1",
-            "flowgate_engine_call_duration_seconds_count{tool=\"etl\",engine=\"fake\",operation=\"get\"} 2",
+            "flowgate_engine_calls_total{tool=\"etl\",engine=\"fake\",operation=\"get\",outcome=\"unavailable\"} 1",
+            "flowgate_engine_call_duration_seconds_count{tool=\"etl\",engine=\"fake\",operation=\"get\"} 4",
             "flowgate_engine_retries_total{tool=\"etl\",engine=\"fake\",operation=\"get\"} 1",
         ] {
             assert!(

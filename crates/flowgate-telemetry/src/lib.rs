@@ -13,7 +13,7 @@ pub mod metrics;
 pub mod request;
 pub mod traces;
 
-pub use engine::{Instrumented, attempt, outcome};
+pub use engine::{Instrumented, outcome};
 pub use metrics::Metrics;
 pub use request::{Ended, Request, RequestInfo};
 pub use traces::Traces;

@@ -734,11 +734,16 @@ mod tests {
         ) -> Result<(), flowgate_core::EngineError> {
             Ok(())
         }
+        /// Always throttled: retried until the attempts run out.
         async fn cancel(
             &self,
             _: &flowgate_core::ExecutionRef,
         ) -> Result<(), flowgate_core::EngineError> {
-            Ok(())
+            flowgate_core::observe::throttled("reporting");
+            Err(flowgate_core::EngineError::Throttled {
+                engine: "reporting",
+                retry_after: Some(std::time::Duration::from_millis(1)),
+            })
         }
     }
 
@@ -834,7 +839,12 @@ mod tests {
         let subscriber = tracing_subscriber::registry().with(traces.layer());
         let _default = tracing::subscriber::set_default(subscriber);
 
-        let engine = crate::Instrumented::with_metrics(Reporting::default(), "etl", None);
+        // As the server stacks them: each attempt of a retried call is a call of its own.
+        let engine = flowgate_core::retrying::Retrying::new(crate::Instrumented::with_metrics(
+            Reporting::default(),
+            "etl",
+            None,
+        ));
         let request =
             tracing::info_span!(target: SPAN_TARGET, REQUEST_SPAN, otel.name = "tools/call etl");
         set_parent(
@@ -851,10 +861,9 @@ mod tests {
                         "p",
                     ))
                     .await;
-                let read =
-                    crate::attempt(2, engine.get(&flowgate_core::ExecutionRef("run-1".into())))
-                        .await;
-                assert!(read.is_err());
+                let run = flowgate_core::ExecutionRef("run-1".into());
+                assert!(engine.get(&run).await.is_err());
+                assert!(engine.cancel(&run).await.is_err());
                 started
             }
             .instrument(request.clone())
@@ -874,11 +883,21 @@ mod tests {
         let request = find("tools/call etl");
         let start = find("reporting start");
         let get = find("reporting get");
+        let cancels: Vec<_> = spans
+            .iter()
+            .filter(|s| s.name == "reporting cancel")
+            .collect();
+        let attempts: Vec<_> = cancels
+            .iter()
+            .filter_map(|s| attribute(s, "flowgate.attempt"))
+            .collect();
+        assert_eq!(attempts, ["1", "2", "3"], "one span per attempt");
+        let retried = cancels[1];
         let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
         assert_eq!(request.span_context.trace_id().to_string(), trace);
         assert_eq!(request.parent_span_id.to_string(), "00f067aa0ba902b7");
         assert!(request.parent_span_is_remote);
-        for call in [start, get] {
+        for call in [start, get, retried] {
             assert_eq!(call.span_context.trace_id().to_string(), trace);
             assert_eq!(call.parent_span_id, request.span_context.span_id());
             assert_eq!(call.span_kind, opentelemetry::trace::SpanKind::Client);
@@ -895,22 +914,36 @@ mod tests {
             Some("true")
         );
         assert_eq!(attribute(start, "flowgate.retry").as_deref(), Some("false"));
-        // The read was throttled, and it was a retry.
+        // The read was throttled, and not retried.
         assert_eq!(
             attribute(get, "flowgate.status").as_deref(),
             Some("throttled")
         );
+        assert_eq!(attribute(get, "flowgate.retry").as_deref(), Some("false"));
         assert_eq!(
-            attribute(get, "flowgate.throttled").as_deref(),
+            spans.iter().filter(|s| s.name == "reporting get").count(),
+            1
+        );
+        // The cancel was throttled, and retried: its second attempt says so.
+        assert_eq!(
+            attribute(retried, "flowgate.status").as_deref(),
+            Some("throttled")
+        );
+        assert_eq!(
+            attribute(retried, "flowgate.throttled").as_deref(),
             Some("true")
         );
-        assert_eq!(attribute(get, "flowgate.retry").as_deref(), Some("true"));
+        assert_eq!(
+            attribute(retried, "flowgate.retry").as_deref(),
+            Some("true")
+        );
         assert!(matches!(
-            get.status,
+            retried.status,
             opentelemetry::trace::Status::Error { .. }
         ));
         // What the adapter was told of its trace is the start's own span (for X-Ray).
         let seen = engine
+            .inner()
             .inner()
             .seen
             .lock()

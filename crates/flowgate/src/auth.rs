@@ -1,13 +1,16 @@
 //! `--auth-*`: who vouches for the callers of `flowgate serve`, and the refusal to serve a
 //! public address with no one doing so.
+//!
+//! Only the wiring: the flags checked against each other and turned into one of
+//! `flowgate_auth`'s identities (how each checks a caller is there).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use flowgate_auth::{
-    Identity, JwksSource, KeySet, Mode, TokenKind, TokenValidator, ValidatorConfig, google,
+    GoogleCredential, GoogleIdentity, Identity, JwksSource, KeySet, Mode, OAuthIdentity, TokenKind,
+    TokenValidator, ValidatorConfig, google,
 };
-use flowgate_server::http::{GoogleCredential, GoogleIdentity, OAuthIdentity};
 
 use crate::cli::ServeArgs;
 
@@ -120,25 +123,18 @@ fn google_identity(args: &ServeArgs, mode: Mode) -> Result<Arc<dyn Identity>, St
             }
         ));
     };
-    let (credential, config, default_keys) = if mode == Mode::GoogleIap {
+    let Some(credential) = GoogleCredential::for_mode(mode) else {
+        return Err(format!("--auth-mode {name} is not a Google mode"));
+    };
+    if credential == GoogleCredential::Iap {
         if !audience.starts_with("/projects/") {
             return Err(format!(
                 "--auth-audience for google-iap starts with /projects/ (got {audience:?})"
             ));
         }
-        (
-            GoogleCredential::Iap,
-            google::iap_config(audience),
-            google::IAP_JWKS,
-        )
     } else {
         check_url("--auth-audience", audience)?;
-        (
-            GoogleCredential::IdToken,
-            google::id_token_config(audience),
-            google::ID_TOKEN_JWKS,
-        )
-    };
+    }
     let allowed =
         google::AllowList::parse(&args.auth_allowed).map_err(|e| format!("--auth-allowed: {e}"))?;
     if mode == Mode::GoogleIdToken && allowed.is_empty() {
@@ -153,13 +149,13 @@ fn google_identity(args: &ServeArgs, mode: Mode) -> Result<Arc<dyn Identity>, St
             check_url("--auth-jwks-url", url)?;
             url.clone()
         }
-        None => default_keys.to_owned(),
+        None => credential.published_keys().to_owned(),
     };
     let keys = KeySet::new(JwksSource::Url(jwks), min_refresh(args), MAX_AGE)
         .map_err(|e| e.to_string())?;
     Ok(Arc::new(GoogleIdentity::new(
         credential,
-        TokenValidator::new(config, keys),
+        TokenValidator::new(credential.config(audience), keys),
         allowed,
     )))
 }
@@ -172,13 +168,10 @@ fn min_refresh(args: &ServeArgs) -> Duration {
 
 #[cfg(feature = "lambda")]
 fn lambda_identity(mode: Mode) -> Result<Arc<dyn Identity>, String> {
-    use crate::lambda_identity::{LambdaAuthorizer, LambdaIdentity};
-    let authorizer = match mode {
-        Mode::AwsIam => LambdaAuthorizer::Iam,
-        Mode::ApigwJwt => LambdaAuthorizer::Jwt,
-        _ => LambdaAuthorizer::Lambda,
-    };
-    Ok(Arc::new(LambdaIdentity(authorizer)))
+    use flowgate_auth::{LambdaAuthorizer, LambdaIdentity};
+    let authorizer = LambdaAuthorizer::for_mode(mode)
+        .ok_or_else(|| format!("--auth-mode {mode} is not a Lambda mode"))?;
+    Ok(Arc::new(LambdaIdentity::new(authorizer)))
 }
 
 #[cfg(not(feature = "lambda"))]

@@ -19,8 +19,6 @@ mod env_vars;
 mod helpers;
 mod keys;
 #[cfg(feature = "lambda")]
-mod lambda_identity;
-#[cfg(feature = "lambda")]
 mod lambda_payload;
 mod logging;
 mod platform_deadline;

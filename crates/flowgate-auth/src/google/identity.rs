@@ -1,15 +1,15 @@
-//! Google identities: deployments where Google authenticates the caller and flowgate only has
-//! to read who it was, safely, through the same [`Identity`] interface as OAuth and the AWS
-//! Lambda request context (which the binary implements). The credential is a Google-signed JWT
-//! whose signature is verified here, never a header taken at its word.
+//! The [`Identity`] of deployments where Google authenticates the caller and flowgate only has
+//! to read who it was, safely. The credential is a Google-signed JWT whose signature is
+//! verified here, never a header taken at its word.
 //!
-//! Two credentials ([`GoogleIdentity`]): an ID token in `Authorization: Bearer` (audience = the
-//! service URL), or IAP's `X-Goog-IAP-JWT-Assertion` (audience = the backend service).
+//! Two credentials ([`GoogleCredential`]): an ID token in `Authorization: Bearer` (audience =
+//! the service URL), or IAP's `X-Goog-IAP-JWT-Assertion` (audience = the backend service).
 
-use axum::http::HeaderName;
-use axum::http::request::Parts;
-use flowgate_auth::google::{AllowList, IAP_HEADER};
-use flowgate_auth::{Identified, Identity, Mode, Refused, TokenValidator, bearer};
+use http::HeaderName;
+use http::request::Parts;
+
+use super::{AllowList, IAP_HEADER, IAP_JWKS, ID_TOKEN_JWKS, iap_config, id_token_config};
+use crate::{Identified, Identity, Mode, Refused, TokenValidator, ValidatorConfig, bearer};
 
 /// Which Google credential a [`GoogleIdentity`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +20,43 @@ pub enum GoogleCredential {
     Iap,
 }
 
-/// A Google-signed JWT, verified against Google's keys by flowgate-auth's validator.
+impl GoogleCredential {
+    /// The credential of a Google mode (`None` for the others).
+    pub fn for_mode(mode: Mode) -> Option<Self> {
+        match mode {
+            Mode::GoogleIdToken => Some(GoogleCredential::IdToken),
+            Mode::GoogleIap => Some(GoogleCredential::Iap),
+            _ => None,
+        }
+    }
+
+    /// The mode that reads this credential.
+    pub fn mode(self) -> Mode {
+        match self {
+            GoogleCredential::IdToken => Mode::GoogleIdToken,
+            GoogleCredential::Iap => Mode::GoogleIap,
+        }
+    }
+
+    /// What the credential must be for `audience` ([`id_token_config`], [`iap_config`]).
+    pub fn config(self, audience: &str) -> ValidatorConfig {
+        match self {
+            GoogleCredential::IdToken => id_token_config(audience),
+            GoogleCredential::Iap => iap_config(audience),
+        }
+    }
+
+    /// Where Google publishes the keys that sign the credential ([`ID_TOKEN_JWKS`],
+    /// [`IAP_JWKS`]).
+    pub fn published_keys(self) -> &'static str {
+        match self {
+            GoogleCredential::IdToken => ID_TOKEN_JWKS,
+            GoogleCredential::Iap => IAP_JWKS,
+        }
+    }
+}
+
+/// A Google-signed JWT, verified against Google's keys by the [`TokenValidator`].
 ///
 /// An ID token proves who the caller is, not that it may call: any Google account or service
 /// account can obtain one for any audience. So in ID-token mode only the callers in `allowed`
@@ -33,10 +69,9 @@ pub struct GoogleIdentity {
 }
 
 impl GoogleIdentity {
-    /// Reads `credential`, checked by `validator` (built from
-    /// `flowgate_auth::google::{id_token_config, iap_config}`), letting through the callers
-    /// `allowed` names (verified emails, `hd` domains: see [`AllowList`]). Empty: everyone the
-    /// token is valid for.
+    /// Reads `credential`, checked by `validator` (built from [`GoogleCredential::config`]),
+    /// letting through the callers `allowed` names (verified emails, `hd` domains: see
+    /// [`AllowList`]). Empty: everyone the token is valid for.
     pub fn new(
         credential: GoogleCredential,
         validator: TokenValidator,
@@ -78,10 +113,7 @@ impl GoogleIdentity {
 
 impl Identity for GoogleIdentity {
     fn mode(&self) -> Mode {
-        match self.credential {
-            GoogleCredential::IdToken => Mode::GoogleIdToken,
-            GoogleCredential::Iap => Mode::GoogleIap,
-        }
+        self.credential.mode()
     }
 
     fn identify<'a>(&'a self, parts: &'a Parts) -> Identified<'a> {

@@ -3,16 +3,19 @@
 //!
 //! Every request to `/mcp` must carry `Authorization: Bearer <JWT>` valid for this resource;
 //! otherwise it gets 401 with a `WWW-Authenticate` challenge pointing at the Protected Resource
-//! Metadata (RFC 9728), which is served at `/.well-known/oauth-protected-resource` and at the
-//! path-suffixed form for `/mcp`. The validated caller becomes the request's
-//! [`Caller`](crate::Caller), so task handles are sealed to issuer + subject.
+//! Metadata (RFC 9728), which the HTTP transport serves at
+//! `/.well-known/oauth-protected-resource` and at the path-suffixed form for `/mcp`. The
+//! validated caller becomes the request's caller, so task handles are sealed to issuer +
+//! subject.
 //!
 //! The token itself goes no further than the validator: it is not logged, not put in any
-//! message, and the `Authorization` header is removed before the request goes on.
+//! message, and the `Authorization` header ([`Identity::credential_headers`]) is removed
+//! before the request goes on.
 
-use axum::http::request::Parts;
-use flowgate_auth::challenge::www_authenticate;
-use flowgate_auth::{
+use http::request::Parts;
+
+use crate::challenge::www_authenticate;
+use crate::{
     Identified, Identity, Mode, ProtectedResourceMetadata, Refused, TokenValidator, bearer,
 };
 
