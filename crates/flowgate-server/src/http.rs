@@ -72,6 +72,12 @@ pub struct HttpOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline(pub tokio::time::Instant);
 
+/// The JSON-RPC id a JSON answer answers (`None`: the request's could not be read), in the
+/// answer's extensions: a layer outside that must replace the answer (AWS Lambda's payload
+/// limit) answers the same request without reading the answer back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnswerTo(pub Option<serde_json::Value>);
+
 /// The hosts a request may name when none are configured: loopback ones.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 

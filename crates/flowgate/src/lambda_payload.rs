@@ -13,6 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
+use flowgate_server::http::AnswerTo;
 use serde_json::{Value, json};
 
 /// The largest buffered response Lambda returns (its error message names this number).
@@ -91,7 +92,13 @@ pub(crate) async fn keep_within_limit(
         "an answer over Lambda's payload limit was replaced by an error"
     );
     let event_stream = is_event_stream_headers(&parts.headers);
-    let replaced = replace_answer(&bytes, event_stream, size, mode);
+    let replaced = replace_answer(
+        &bytes,
+        parts.extensions.get::<AnswerTo>(),
+        event_stream,
+        size,
+        mode,
+    );
     parts.headers.remove(header::CONTENT_LENGTH);
     if !event_stream {
         parts.headers.insert(
@@ -140,12 +147,17 @@ pub(crate) fn carried_size(
 
 /// The answer's JSON-RPC responses turned into an error naming the size (a JSON body, or the
 /// response events of a server-sent-events body; other events stay).
-fn replace_answer(body: &[u8], event_stream: bool, size: usize, mode: InvokeMode) -> Vec<u8> {
+/// `answer_to` is the request the JSON answer answers (what the transport says: the answer
+/// is not read back for it).
+fn replace_answer(
+    body: &[u8],
+    answer_to: Option<&AnswerTo>,
+    event_stream: bool,
+    size: usize,
+    mode: InvokeMode,
+) -> Vec<u8> {
     if !event_stream {
-        let id = serde_json::from_slice::<Value>(body)
-            .ok()
-            .and_then(|v| v.get("id").cloned())
-            .unwrap_or(Value::Null);
+        let id = answer_to.and_then(|a| a.0.clone()).unwrap_or(Value::Null);
         return too_large(&id, size, mode).to_string().into_bytes();
     }
     let text = String::from_utf8_lossy(body);
@@ -236,6 +248,7 @@ mod tests {
                     id: 2\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"big\":true}}\n\n";
         let out = String::from_utf8(replace_answer(
             body.as_bytes(),
+            None,
             true,
             7_000_000,
             InvokeMode::Buffered,
@@ -246,6 +259,7 @@ mod tests {
         assert!(!out.contains("\"big\""), "{out}");
         let json = String::from_utf8(replace_answer(
             br#"{"jsonrpc":"2.0","id":"a","result":{}}"#,
+            Some(&AnswerTo(Some(Value::from("a")))),
             false,
             7_000_000,
             InvokeMode::Buffered,

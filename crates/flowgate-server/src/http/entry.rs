@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use super::authenticate::refusal;
 use super::headers::{self, Refusal};
 use super::origins::Guard;
-use super::{names, resume};
+use super::{AnswerTo, names, resume};
 use crate::dialect_2025::{Outbox, Question, V2025};
 use crate::dispatch::{self, Request as Dispatched};
 use crate::jsonrpc::{self, Incoming};
@@ -196,7 +196,7 @@ fn write(entry: &Entry, caller: &Caller, id: Option<&Value>, reply: Reply) -> Re
                 },
                 _ => StatusCode::OK,
             };
-            bytes_response(status, reply::bytes(id, &outcome))
+            bytes_response(status, id, reply::bytes(id, &outcome))
         }
         Reply::Forbidden(scopes) => {
             if let Some(metrics) = flowgate_telemetry::metrics::get() {
@@ -399,11 +399,13 @@ fn method_not_allowed() -> Response {
 
 /// A JSON-RPC error answer.
 fn json(status: StatusCode, id: Option<&Value>, error: ErrorData) -> Response {
-    bytes_response(status, reply::bytes(id, &Err(error)))
+    bytes_response(status, id, reply::bytes(id, &Err(error)))
 }
 
-fn bytes_response(status: StatusCode, body: Vec<u8>) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+fn bytes_response(status: StatusCode, id: Option<&Value>, body: Vec<u8>) -> Response {
+    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    response.extensions_mut().insert(AnswerTo(id.cloned()));
+    response
 }
 
 #[cfg(test)]
