@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The summary scripts/bench/run prints from its results file: one line per measurement,
-`NAME [round=N] key=value ...` (names: idle, floor, flowgate, fastmcp, peak, many, starts).
+`NAME [round=N] key=value ...` (names: idle, floor, flowgate, fastmcp, before-floor and before with BEFORE_BIN, peak,
+many, starts).
 
     scripts/bench/report.py RESULTS
 """
@@ -50,6 +51,13 @@ def main():
     to_peer = [f["rps"] / p["rps"] for f, p in zip(by["flowgate"], by["fastmcp"])]
     print(f"\nflowgate / floor:   {spread([100 * x for x in to_floor], '{:.0f}')} %")
     print(f"flowgate / fastmcp: x{spread(to_peer, '{:.1f}')}")
+    if "before" in by:
+        # BEFORE_BIN: an earlier build measured in the same rounds, against its own floor.
+        before = [b["rps"] / fl["rps"] for b, fl in zip(by["before"], by["before-floor"])]
+        print(f"before / its floor: {spread([100 * x for x in before], '{:.0f}')} %"
+              f" ({spread([b['rps'] for b in by['before']])} tasks/get per s)")
+        change = [100 * (a / b - 1) for a, b in zip(to_floor, before)]
+        print(f"this build's ratio to the floor against the earlier build's: {spread(change, '{:+.1f}')} % by round")
     idle, peak = one("idle"), one("peak")
     print(f"RSS flowgate: idle {idle['flowgate_rss_kb'] / 1024:.1f} MB, peak {peak['flowgate_rss_kb'] / 1024:.1f} MB;"
           f" fastmcp: idle {idle['fastmcp_rss_kb'] / 1024:.1f} MB, peak {peak['fastmcp_rss_kb'] / 1024:.1f} MB")

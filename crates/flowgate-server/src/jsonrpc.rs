@@ -1,9 +1,9 @@
 //! One incoming JSON-RPC message, parsed once.
 //!
-//! The HTTP transport parses each request body here once (module `http::parse`) and puts the
-//! result in the request's extensions; stdio parses each line here. Every later step (the
-//! `Mcp-Name` fill-in, the scope check, the 2025-11-25 dialect, the JSON-RPC error for a body
-//! that is no message) reads this instead of the body.
+//! The HTTP transport parses each request body here once (module `http::entry`), stdio each
+//! line. Every later step (the header checks, the telemetry span, the dispatcher and its
+//! entries) reads this instead of the body; a message that is not JSON or no JSON-RPC message
+//! gets the one answer every transport gives ([`not_json`], [`not_a_message`]).
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
