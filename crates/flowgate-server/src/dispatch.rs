@@ -122,7 +122,9 @@ fn lifecycle(message: &Incoming, session: Option<&Session>) -> Result<Lifecycle,
         .unwrap_or_default();
     let method = message.method();
     let requested = meta.protocol_version();
-    if method != "initialize" && (requested.is_some() || method == "server/discover") {
+    // A request whose `_meta` names its revision is in the per-request lifecycle, where
+    // `initialize` no longer exists (-32601, HTTP 404).
+    if requested.is_some() || method == "server/discover" {
         if let Some(requested) = &requested
             && !ProtocolVersion::KNOWN_VERSIONS.contains(requested)
         {

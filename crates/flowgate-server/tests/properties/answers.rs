@@ -339,6 +339,13 @@ fn corpus(task_id: &str) -> Vec<(&'static str, Sent)> {
             in_revision(initialize("2025-06-18"), "2025-11-25"),
         ),
         (
+            "initialize in 2026-07-28 (removed)",
+            with_body(
+                modern("initialize", None, json!({})),
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"_meta": meta(json!({}))}}),
+            ),
+        ),
+        (
             "initialize without params",
             with_body(
                 initialize("2025-11-25"),
