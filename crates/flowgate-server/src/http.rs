@@ -64,6 +64,8 @@ pub struct HttpOptions {
     /// A 2025-11-25 `tasks/result` stream then ends as soon as it has sent a question, so the
     /// client sees it, answers and resumes the stream.
     pub buffered_responses: bool,
+    /// How much of an answer the platform carries; `None`: no limit but the body's own.
+    pub answer_limit: Option<AnswerLimit>,
 }
 
 /// When the platform ends a request (the AWS Lambda invocation's deadline, say). An outer
@@ -72,11 +74,21 @@ pub struct HttpOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline(pub tokio::time::Instant);
 
-/// The JSON-RPC id a JSON answer answers (`None`: the request's could not be read), in the
-/// answer's extensions: a layer outside that must replace the answer (AWS Lambda's payload
-/// limit) answers the same request without reading the answer back.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AnswerTo(pub Option<serde_json::Value>);
+/// How much of an answer the platform carries (AWS Lambda's payload limits): an answer over
+/// the limit is replaced, where it is written, by the error `too_large` makes, so the client
+/// hears why instead of getting the platform's own failure.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerLimit {
+    /// The bytes the platform counts for a body sent with these headers.
+    pub measure: fn(&axum::http::HeaderMap, &[u8]) -> usize,
+    /// The most it carries.
+    pub limit: usize,
+    /// Whether an event stream counts (a platform that sends the body only when the request
+    /// ends carries a stream whole; one that streams passes it as it is written).
+    pub streams: bool,
+    /// The error for an answer of this many bytes.
+    pub too_large: fn(usize) -> flowgate_core::wire::RpcError,
+}
 
 /// The hosts a request may name when none are configured: loopback ones.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -96,6 +108,7 @@ pub fn router(server: FlowgateServer, options: HttpOptions) -> Router {
         identity: options.identity.clone(),
         buffered: options.buffered_responses,
         body_limit: BODY_LIMIT,
+        answer_limit: options.answer_limit,
         shutdown: options.shutdown.child_token(),
     });
     // `route_layer`: authentication guards `/mcp` alone; any other path is the plain 404 of
@@ -506,6 +519,41 @@ mod tests {
         assert_eq!(answer["id"], 41, "the original request id: {rest}");
         assert_eq!(answer["result"]["content"][0]["text"], "7", "{rest}");
         assert!(rest.contains(&format!("id: {id}")), "{rest}");
+    }
+
+    /// An answer the platform cannot carry is replaced where it is written: a JSON answer, and
+    /// the answer at the end of a stream the platform carries whole (its questions stay).
+    #[tokio::test]
+    async fn an_answer_over_the_platforms_limit_is_an_error_naming_its_size() {
+        let http = HttpOptions {
+            buffered_responses: true,
+            answer_limit: Some(AnswerLimit {
+                measure: |_, body| body.len(),
+                limit: 2_000,
+                streams: true,
+                too_large: |size| {
+                    flowgate_core::wire::RpcError::new(-32603, format!("too large: {size}"))
+                },
+            }),
+            ..HttpOptions::default()
+        };
+        let (app, _) = app_with(ServerOptions::default(), http);
+        let big = "x".repeat(3_000);
+        // A 2025-11-25 `tasks/result` stream whose answer is the big result.
+        let task = task_2025(&app, json!([{"succeed": big}])).await;
+        let held = request_2025("tasks/result", 5, json!({"taskId": task}));
+        let response = app.clone().oneshot(held).await.expect("answer");
+        let streamed = to_end(response, Duration::from_secs(10)).await;
+        assert!(streamed.starts_with("id: fgr1."), "{streamed}");
+        assert!(streamed.contains("too large: "), "{streamed}");
+        assert!(!streamed.contains(&big), "{streamed}");
+        // A synchronous call whose result is over the limit.
+        let call = json!({"name": "open", "arguments": {"script": [{"succeed": big}]}});
+        let (status, _, body) = answer(&app, request("tools/call", call, false, &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["error"]["code"], -32603, "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(message.starts_with("too large: "), "{message}");
     }
 
     #[tokio::test]

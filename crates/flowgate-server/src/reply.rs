@@ -98,9 +98,10 @@ pub(crate) fn bytes(id: Option<&Value>, outcome: &Result<Payload, ErrorData>) ->
     out
 }
 
-/// The answer as a JSON value (a message inside an SSE stream).
-pub(crate) fn value(id: Option<&Value>, outcome: &Result<Payload, ErrorData>) -> Value {
-    serde_json::from_slice(&bytes(id, outcome)).unwrap_or_else(|_| json!({"jsonrpc": "2.0"}))
+/// The answer as text (a message inside an SSE stream).
+pub(crate) fn text(id: Option<&Value>, outcome: &Result<Payload, ErrorData>) -> String {
+    // The writer writes JSON, which is UTF-8.
+    String::from_utf8_lossy(&bytes(id, outcome)).into_owned()
 }
 
 /// An error object: code, message, and data when there is some.

@@ -241,6 +241,7 @@ async fn serve(args: ServeArgs, traces: Option<flowgate_telemetry::Traces>) -> E
             shutdown: shutdown.clone(),
             identity,
             buffered_responses: invoke_mode.is_some_and(LambdaMode::is_buffered),
+            answer_limit: invoke_mode.and_then(LambdaMode::answer_limit),
         },
     );
     if let Some(mode) = invoke_mode {
@@ -313,6 +314,10 @@ impl LambdaMode {
     fn is_buffered(self) -> bool {
         false
     }
+
+    fn answer_limit(self) -> Option<flowgate_server::http::AnswerLimit> {
+        None
+    }
 }
 
 /// The invoke mode `FLOWGATE_LAMBDA_INVOKE_MODE` names (checked at start).
@@ -328,21 +333,15 @@ fn lambda_invoke_mode() -> Result<LambdaMode, String> {
 
 #[cfg(feature = "lambda")]
 async fn serve_lambda(app: axum::Router, mode: LambdaMode, tool_count: usize) -> ExitCode {
-    use crate::lambda_payload::{InvokeMode, keep_within_limit};
+    use crate::lambda_payload::InvokeMode;
     use crate::platform_deadline::{DeadlineSource, with_deadline};
-    // Layers run outside in: the payload limit, then the invocation's deadline (which the
-    // request's caller carries: every wait of the request ends before it), then the server
-    // (told by `buffered_responses` to end a tasks/result stream at a question in buffered
-    // mode).
-    let app = app
-        .layer(axum::middleware::from_fn_with_state(
-            DeadlineSource::LambdaInvocation,
-            with_deadline,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            mode,
-            keep_within_limit,
-        ));
+    // The invocation's deadline goes in each request (its caller carries it: every wait of
+    // the request ends before it); the server was told how the mode carries answers
+    // (`buffered_responses`, `answer_limit`).
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        DeadlineSource::LambdaInvocation,
+        with_deadline,
+    ));
     tracing::info!(tools = tool_count, invoke_mode = ?mode, "serving MCP as an AWS Lambda function");
     let served = match mode {
         InvokeMode::Buffered => lambda_http::run(app).await,

@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use super::authenticate::refusal;
 use super::headers::{self, Refusal};
 use super::origins::Guard;
-use super::{AnswerTo, names, resume};
+use super::{AnswerLimit, names, resume};
 use crate::dialect_2025::{Outbox, Question, V2025};
 use crate::dispatch::{self, Request as Dispatched};
 use crate::jsonrpc::{self, Incoming};
@@ -57,6 +57,8 @@ pub(crate) struct Entry {
     pub(crate) buffered: bool,
     /// The largest body read.
     pub(crate) body_limit: usize,
+    /// How much of an answer the platform carries.
+    pub(crate) answer_limit: Option<AnswerLimit>,
     /// Cancelled on shutdown: open streams end.
     pub(crate) shutdown: CancellationToken,
 }
@@ -196,7 +198,19 @@ fn write(entry: &Entry, caller: &Caller, id: Option<&Value>, reply: Reply) -> Re
                 },
                 _ => StatusCode::OK,
             };
-            bytes_response(status, id, reply::bytes(id, &outcome))
+            let mut body = reply::bytes(id, &outcome);
+            if let Some(limit) = &entry.answer_limit {
+                let size = (limit.measure)(&json_headers(), &body);
+                if size > limit.limit {
+                    tracing::warn!(
+                        size,
+                        limit = limit.limit,
+                        "an answer over the platform's limit was replaced by an error"
+                    );
+                    body = reply::bytes(id, &Err(rpc((limit.too_large)(size))));
+                }
+            }
+            bytes_response(status, body)
         }
         Reply::Forbidden(scopes) => {
             if let Some(metrics) = flowgate_telemetry::metrics::get() {
@@ -244,7 +258,8 @@ fn stream(
         message.name().unwrap_or_default(),
         message.id.as_ref().unwrap_or(&Value::Null),
     );
-    let (events, stream) = futures::channel::mpsc::unbounded::<Value>();
+    let (events, stream) = futures::channel::mpsc::unbounded::<Event>();
+    let answer_to = message.id.clone();
     let gone = CancellationToken::new();
     let caller = caller.with_gone(gone.clone());
     let server = entry.server.clone();
@@ -253,7 +268,7 @@ fn stream(
     let outcome = Arc::clone(&ended);
     tokio::spawn(async move {
         let ask = |question: Question| {
-            let _ = events.unbounded_send(question.to_json());
+            let _ = events.unbounded_send(Event::Question(question.to_json()));
         };
         let outbox = Outbox {
             send: &ask,
@@ -272,7 +287,7 @@ fn stream(
         .await;
         *outcome.lock().unwrap_or_else(|p| p.into_inner()) = reply.ended();
         if let Reply::Answer(answer) = reply {
-            let _ = events.unbounded_send(reply::value(message.id.as_ref(), &answer.outcome));
+            let _ = events.unbounded_send(Event::Answer(answer.outcome));
         }
     });
     // Dropped with the stream: the hold ends, and the request's span and count end with how
@@ -283,11 +298,42 @@ fn stream(
         ended,
     };
     let shutdown = entry.shutdown.clone();
-    let priming = futures::stream::once(std::future::ready(Ok(resume::priming(&id))));
+    let priming = resume::priming(&id);
+    // What the platform has been sent so far, when it carries a stream whole.
+    let limit = entry.answer_limit.filter(|l| l.streams);
+    let mut sent = limit.map(|_| priming.clone().into_bytes());
+    let priming = futures::stream::once(std::future::ready(Ok(priming)));
     let body = priming
-        .chain(stream.map(move |message| {
+        .chain(stream.map(move |event| {
             let _held = &held;
-            Ok::<_, std::convert::Infallible>(resume::event(&id, &message))
+            let text = match event {
+                Event::Question(question) => resume::event(&id, &question.to_string()),
+                Event::Answer(outcome) => {
+                    let answer = resume::event(&id, &reply::text(answer_to.as_ref(), &outcome));
+                    match (limit, sent.as_ref()) {
+                        (Some(limit), Some(sent)) => {
+                            let whole = [sent.as_slice(), answer.as_bytes()].concat();
+                            let size = (limit.measure)(&headers_of("text/event-stream"), &whole);
+                            if size > limit.limit {
+                                tracing::warn!(
+                                    size,
+                                    limit = limit.limit,
+                                    "an answer over the platform's limit was replaced by an error"
+                                );
+                                let refused = Err(rpc((limit.too_large)(size)));
+                                resume::event(&id, &reply::text(answer_to.as_ref(), &refused))
+                            } else {
+                                answer
+                            }
+                        }
+                        _ => answer,
+                    }
+                }
+            };
+            if let Some(sent) = sent.as_mut() {
+                sent.extend_from_slice(text.as_bytes());
+            }
+            Ok::<_, std::convert::Infallible>(text)
         }))
         .take_until(async move { shutdown.cancelled().await });
     Response::builder()
@@ -296,6 +342,23 @@ fn stream(
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The JSON-RPC error `error` is.
+fn rpc(error: flowgate_core::wire::RpcError) -> ErrorData {
+    ErrorData::new(
+        ErrorCode(i32::try_from(error.code).unwrap_or(-32603)),
+        error.message,
+        error.data,
+    )
+}
+
+/// One message of a `tasks/result` stream.
+enum Event {
+    /// A question the workflow asks: its `elicitation/create` request.
+    Question(Value),
+    /// The answer.
+    Answer(Result<crate::reply::Payload, ErrorData>),
 }
 
 /// What a stream holds until it is dropped.
@@ -399,13 +462,25 @@ fn method_not_allowed() -> Response {
 
 /// A JSON-RPC error answer.
 fn json(status: StatusCode, id: Option<&Value>, error: ErrorData) -> Response {
-    bytes_response(status, id, reply::bytes(id, &Err(error)))
+    bytes_response(status, reply::bytes(id, &Err(error)))
 }
 
-fn bytes_response(status: StatusCode, id: Option<&Value>, body: Vec<u8>) -> Response {
-    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
-    response.extensions_mut().insert(AnswerTo(id.cloned()));
-    response
+fn bytes_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The headers of an answer of `content_type`, as its size is measured.
+fn headers_of(content_type: &'static str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static(content_type),
+    );
+    headers
+}
+
+fn json_headers() -> HeaderMap {
+    headers_of("application/json")
 }
 
 #[cfg(test)]

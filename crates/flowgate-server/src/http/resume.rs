@@ -35,8 +35,8 @@ pub(crate) fn priming(id: &str) -> String {
     format!("id: {id}\nretry: {RETRY_MS}\ndata:\n\n")
 }
 
-/// One message of the stream, with its id.
-pub(crate) fn event(id: &str, message: &Value) -> String {
+/// One message of the stream (its JSON text), with its id.
+pub(crate) fn event(id: &str, message: &str) -> String {
     format!("id: {id}\nevent: message\ndata: {message}\n\n")
 }
 
