@@ -176,14 +176,14 @@ async fn per_request(
     let takes_tasks = capabilities.is_some_and(ClientCapabilities::supports_tasks);
     let outcome = match method {
         "server/discover" => decode_optional::<DiscoverRequestParams>(message).map(|_| {
-            Out::Typed(ServerResult::DiscoverResult(
+            Out::typed(ServerResult::DiscoverResult(
                 DiscoverResult::from_server_info(
                     ProtocolVersion::KNOWN_VERSIONS.to_vec(),
                     server.info().clone(),
                 ),
             ))
         }),
-        "tools/list" => tools_list(server, caller, message).map(Out::Typed),
+        "tools/list" => tools_list(server, caller, message).map(Out::typed),
         "tools/call" => {
             let can_elicit = capabilities.is_some_and(|c| c.elicitation.is_some());
             match call(server, caller, message, takes_tasks, can_elicit).await {
@@ -196,7 +196,7 @@ async fn per_request(
                 Ok(Called::Ask(ask)) => Ok(CallToolResponse::InputRequired(ask)),
                 Err(e) => Err(e),
             }
-            .map(|response| Out::Typed(ServerResult::from(response)))
+            .map(|response| Out::typed(ServerResult::from(response)))
         }
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             if let Err(e) = tasks_capability(server, takes_tasks, method) {
@@ -237,15 +237,15 @@ async fn session(
         };
     }
     let outcome = match method {
-        "initialize" => initialize(server, message).map(Out::Typed),
-        "ping" => Ok(Out::Typed(ServerResult::empty(()))),
-        "tools/list" => tools_list(server, caller, message).map(Out::Typed),
+        "initialize" => initialize(server, message).map(Out::typed),
+        "ping" => Ok(Out::typed(ServerResult::empty(()))),
+        "tools/list" => tools_list(server, caller, message).map(Out::typed),
         "tools/call" => match call(server, caller, message, false, false).await {
             Ok(Called::Forbidden(scopes)) => return Reply::Forbidden(scopes),
-            Ok(Called::Complete(result)) => Ok(Out::Typed(ServerResult::from(
+            Ok(Called::Complete(result)) => Ok(Out::typed(ServerResult::from(
                 CallToolResponse::Complete(result),
             ))),
-            Ok(Called::Refused(why)) => Ok(Out::Typed(ServerResult::from(
+            Ok(Called::Refused(why)) => Ok(Out::typed(ServerResult::from(
                 CallToolResponse::Complete(Called::refusal(why)),
             ))),
             // Neither is given to a client that cannot take it.
@@ -279,10 +279,16 @@ async fn session(
     )
 }
 
+impl Out {
+    fn typed(result: ServerResult) -> Out {
+        Out::Typed(Box::new(result))
+    }
+}
+
 /// A result, typed or already written.
 enum Out {
     /// rmcp's type, shaped for the revision before it is written.
-    Typed(ServerResult),
+    Typed(Box<ServerResult>),
     /// Written in place (a `tasks/get` result).
     Written(String),
 }
@@ -361,7 +367,7 @@ async fn tasks(
             if let Some(text) = crate::shapes::written(&view) {
                 return Ok(Out::Written(text));
             }
-            Ok(Out::Typed(ServerResult::GetTaskResult(GetTaskResult::new(
+            Ok(Out::typed(ServerResult::GetTaskResult(GetTaskResult::new(
                 crate::shapes::detailed(view),
             ))))
         }
@@ -370,12 +376,12 @@ async fn tasks(
             server
                 .task_update(caller, &request.task_id, request.input_responses)
                 .await?;
-            Ok(Out::Typed(ServerResult::task_ack(())))
+            Ok(Out::typed(ServerResult::task_ack(())))
         }
         _ => {
             let request: CancelTaskParams = params::decode(method, non_null(message))?;
             server.task_cancel(caller, &request.task_id).await?;
-            Ok(Out::Typed(ServerResult::task_ack(())))
+            Ok(Out::typed(ServerResult::task_ack(())))
         }
     }
 }
