@@ -67,7 +67,7 @@ pub const START_SHARE: f64 = 0.03125;
 /// executions once a second from the start, as one alone would.
 pub const START_FLOOR: f64 = 1.0;
 /// How often a pacer never throttled doubles its rate, until the ceiling.
-pub const SLOW_START: Duration = Duration::from_secs(10);
+pub const SLOW_START: Duration = Duration::from_secs(4);
 /// The lowest rate, as a share of the ceiling: however many instances, each still reads now
 /// and then and so learns when the others have gone.
 pub const MIN_SHARE: f64 = 0.001;
