@@ -288,7 +288,9 @@ async fn list_running(
     let mut token: Option<String> = None;
     loop {
         listing.pages += 1;
-        lists.polled(&page_key(state_machine, listing.pages));
+        // Each page is a call out of the ListExecutions budget (measured: a throttled
+        // listing cuts the rate from what listings used).
+        lists.spend(&page_key(state_machine, listing.pages));
         let out = client
             .list_executions()
             .state_machine_arn(state_machine)

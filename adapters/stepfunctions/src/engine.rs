@@ -119,15 +119,16 @@ pub struct StepFunctionsEngine {
 }
 
 impl StepFunctionsEngine {
-    /// An engine for `target`; no AWS call is made until the first operation. It takes the
-    /// share of the account's quota [`crate::QUOTA_SHARE_ENV`] says (all of it when unset;
+    /// An engine for `target`; no AWS call is made until the first operation. Its calls find
+    /// their share of the account's quota from throttling (see [`flowgate_core::pacing`]), up
+    /// to the share [`crate::QUOTA_SHARE_ENV`] allows (all of it when unset;
     /// [`crate::register`] refuses a bad value before any engine is made).
     pub fn new(target: SfnTarget) -> Self {
         Self::with_quota_share(target, crate::quota::share().unwrap_or(1.0))
     }
 
-    /// An engine for `target` that takes `share` (in (0, 1]) of the account's API quota:
-    /// for several instances polling one account.
+    /// An engine for `target` that takes at most `share` (in (0, 1]) of the account's API
+    /// quota: for an account shared with other software.
     pub fn with_quota_share(target: SfnTarget, share: f64) -> Self {
         let quota = Quota::of(&target, share.clamp(f64::MIN_POSITIVE, 1.0));
         StepFunctionsEngine {
@@ -157,10 +158,18 @@ impl StepFunctionsEngine {
     /// are worth it. Reading every execution's history once a cycle shows its end within the
     /// cycle; while the cycle is longer than a listing and a poll, listings show ends sooner,
     /// and that shorter interval is what a poll can learn something from.
+    ///
+    /// When several instances share the account, each lists it only as often as its share of
+    /// the ListExecutions rate allows, but a client's polls reach whichever instance a load
+    /// balancer picks: what a poll can show changes as often as the instances together list
+    /// the account, which is this instance's listing interval times its share of the account
+    /// (the rate it found, over its ceiling). Polls cost the account nothing unless they read,
+    /// and reads stay within each instance's budget whatever the clients do.
     fn intervals(&self) -> (Duration, Option<Duration>) {
         let cycle = self.quota.reads.interval();
         let sweep_every = self.quota.lists.interval().max(SWEEP_MIN);
-        let ends_within = sweep_every.max(END_POLL);
+        let together = sweep_every.mul_f64(self.quota.lists.share().clamp(0.0, 1.0));
+        let ends_within = together.max(SWEEP_MIN).max(END_POLL);
         if cycle <= ends_within {
             (cycle, None)
         } else {

@@ -40,10 +40,11 @@
 //! and a poll, ListExecutions (statusFilter RUNNING, 1,000 executions a page) tells which
 //! executions ended: a listing runs about once a second, an execution it no longer shows is
 //! read at its next poll, out of the same budget, and the advertised `pollIntervalMs` is that
-//! shorter interval (2 s), the one in which a poll can learn of an end. Throttled answers
-//! double the intervals (calming down after 20 s without one); a throttled poll answers with
-//! the task as last seen, never an error. Instances sharing an account take the share
-//! [`QUOTA_SHARE_ENV`] says.
+//! shorter interval (2 s), the one in which a poll can learn of an end. Each instance finds its
+//! share of the account from throttled answers (an adaptive rate per account bucket, see
+//! [`flowgate_core::pacing`]), so any number of instances share it without a setting; a
+//! throttled poll answers with the task as last seen, never an error. [`QUOTA_SHARE_ENV`]
+//! caps what an instance takes when other software shares the account.
 //! Every call has a deadline (3 s to connect, 5 s an attempt; StartSyncExecution 5 min), and
 //! the SDK's own retries are off: the server's retry policy is the only one.
 //!

@@ -1,5 +1,5 @@
 //! The account's API quota as this instance may use it: the refill rates AWS publishes, the
-//! share of them this instance takes when several poll one account, and one pacer per quota.
+//! most of them this instance may take, and one pacer per quota.
 //!
 //! Step Functions throttles each API action per account and region with a token bucket of
 //! its own (the "API action throttling" quotas of the Step Functions developer guide,
@@ -8,11 +8,12 @@
 //! and eu-west-1, 10/s elsewhere); learning which executions ended costs ListExecutions calls
 //! (5/s in those three regions, 2/s elsewhere).
 //!
-//! Nothing tells one flowgate instance what another spends: instances that poll one account
-//! each take [`SHARE_ENV`] of it (1 by default: a single instance). Without it, N instances
-//! together ask for N times the budget; AWS then throttles them, each one's interval doubles
-//! per burst of throttling (see [`flowgate_core::pacing`]), no poll is an error, but ends are
-//! seen later than advertised.
+//! Nothing tells one flowgate instance what another spends, nor how many there are (the
+//! platform decides: Lambda runs one per concurrent request). Each pacer finds this instance's
+//! share from throttling (see [`flowgate_core::pacing`]): instances that poll one account
+//! converge on its refill rate between them, and a lone one gets all of it. [`SHARE_ENV`] is
+//! a ceiling, for an account shared with other software: this instance never plans for more
+//! than that share of the account (1 by default).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,7 +23,7 @@ use flowgate_core::pacing::Pacer;
 use crate::SfnTarget;
 use crate::ends::Ends;
 
-/// The environment variable holding this instance's share of the account's quota.
+/// The environment variable holding the most of the account's quota this instance may take.
 pub const SHARE_ENV: &str = "FLOWGATE_STEPFUNCTIONS_QUOTA_SHARE";
 
 const GET_EXECUTION_HISTORY_REFILL: f64 = 20.0;
@@ -33,7 +34,7 @@ const LIST_EXECUTIONS_REFILL: f64 = 2.0;
 /// The regions with the larger buckets.
 const LARGE_REGIONS: [&str; 3] = ["us-east-1", "us-west-2", "eu-west-1"];
 
-/// This instance's share of the account's quota, from [`SHARE_ENV`].
+/// The most of the account's quota this instance may take, from [`SHARE_ENV`].
 ///
 /// # Errors
 /// A message naming the variable when it is set to anything but a number in (0, 1].
@@ -49,7 +50,8 @@ fn parse_share(value: Option<&str>) -> Result<f64, String> {
         Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
         _ => Err(format!(
             "{SHARE_ENV} must be a number above 0 and at most 1 (this instance's share of the \
-             account's Step Functions API quota, such as 0.25 for one of four instances), not \
+             account's Step Functions API quota flowgate may use when other software shares the \
+             account, such as 0.5 for half of it), not \
              {value:?}"
         )),
     }
@@ -67,7 +69,7 @@ pub(crate) struct Quota {
 }
 
 impl Quota {
-    /// The quota `target` spends, at `share` of the account's refill rates. Tools on one
+    /// The quota `target` spends, at most `share` of the account's refill rates. Tools on one
     /// account (and region, endpoint and role) share its pacers, as they share its buckets;
     /// tools on one state machine share what is known of its ends.
     pub(crate) fn of(target: &SfnTarget, share: f64) -> Quota {
@@ -172,26 +174,15 @@ mod tests {
         );
         assert!(!Arc::ptr_eq(&a.ends, &b.ends));
         assert!(!Arc::ptr_eq(&a.reads, &other_region.reads));
-        // The refill rates: one execution read per cycle at 80% of them.
-        a.lists.polled("page");
-        other_region.lists.polled("page");
-        assert_eq!(a.lists.interval().as_millis(), 250, "5/s in us-east-1");
-        assert_eq!(
-            other_region.lists.interval().as_millis(),
-            625,
-            "2/s elsewhere"
-        );
+        // The refill rates: at most 80% of them.
+        assert_eq!(a.lists.ceiling(), 4.0, "5/s in us-east-1");
+        assert_eq!(other_region.lists.ceiling(), 1.6, "2/s elsewhere");
         let quarter = Quota::of(
             &target("arn:aws:states:us-east-1:111111111111:stateMachine:a", true),
             0.25,
         );
         assert!(!Arc::ptr_eq(&a.reads, &quarter.reads));
-        quarter.reads.polled("x");
-        assert_eq!(
-            quarter.reads.interval().as_millis(),
-            250,
-            "a quarter of 20/s"
-        );
+        assert_eq!(quarter.reads.ceiling(), 4.0, "a quarter of 20/s");
         let describe = Quota::of(
             &target(
                 "arn:aws:states:ap-south-1:111111111111:stateMachine:a",
@@ -199,10 +190,9 @@ mod tests {
             ),
             1.0,
         );
-        describe.reads.polled("x");
         assert_eq!(
-            describe.reads.interval().as_millis(),
-            125,
+            describe.reads.ceiling(),
+            8.0,
             "10/s outside the large regions"
         );
     }

@@ -629,13 +629,15 @@ async fn throttling_keeps_the_task_as_last_seen_and_slows_polling() {
     );
     assert_eq!(scope.report().await["throttled"]["GetExecutionHistory"], 1);
     assert_eq!(e.throttled_count(), 1);
-    // An instance with nothing to show yet says "throttled", with when to come back.
+    // An instance with nothing to show yet says "throttled", with when to come back (later
+    // than before throttling; the rate climbs back from the cut, so perhaps sooner than the
+    // interval advertised at the cut).
     let fresh = proxied(&scope, &arn, json!({}));
     match fresh.get(&x).await {
         Err(EngineError::Throttled {
             retry_after: Some(after),
             ..
-        }) => assert!(after >= slower, "{after:?}"),
+        }) => assert!(after > calm, "{after:?}"),
         other => panic!("expected throttled, got {other:?}"),
     }
     engine(&url, &arn, json!({}))

@@ -99,7 +99,7 @@ pub(crate) const ENV_VARS: &[(&str, &str)] = &[
     ),
     (
         STEPFUNCTIONS_QUOTA_SHARE,
-        "this server's share (0-1] of the account's Step Functions API quotas, when several poll one account",
+        "the most (0-1] of the account's Step Functions API quotas this server may use, when other software shares the account (instances find their shares without it)",
     ),
     (
         "GITHUB_TOKEN",

@@ -40,9 +40,13 @@ tests do not share a budget. Requests to `/` are scope `default`.
 Control (JSON):
   POST /_proxy/scopes/<name>   {"scale": 0.05, "stall": {"DescribeExecution": 1},
                                 "drop": {"StartExecution": 1}, "buckets": {"Op": [size, refill]},
-                                "page_cap": 100, "list_lag": 2}   (history and execution list
-                                pages hold at most page_cap entries, fewer than asked, as a
-                                paged API may answer; `buckets` apply in every region)
+                                "page_cap": 100, "list_lag": 2, "list_cache": 1}   (history and
+                                execution list pages hold at most page_cap entries, fewer than
+                                asked, as a paged API may answer; `buckets` apply in every
+                                region; `list_cache` reuses moto's listing of a state machine
+                                for that many seconds: a listing at most that stale, within
+                                AWS's eventual consistency, and moto's CPU spared for benchmarks
+                                that list thousands of executions several times a second)
   POST /_proxy/scopes/<name>/drop/<Operation>   one more dropped answer, the rest kept
   POST /_proxy/scopes/<name>/read_fault   {"skip": n} fails the read after the next n reads
                                           (replacing what was armed); {"skip": null} disarms
@@ -157,6 +161,8 @@ class Scope:
         self.drop = {}
         self.page_cap = None
         self.list_lag = 0.0
+        self.list_cache = 0.0
+        self.listings = {}  # (state machine, status) -> (when read from moto, executions)
         self.read_fault = None  # reads to let through before one fails, or None
         self.stalled = {}
         self.dropped = {}
@@ -204,6 +210,7 @@ class State:
             scope.drop = dict(body.get("drop", {}))
             scope.page_cap = body.get("page_cap")
             scope.list_lag = float(body.get("list_lag", 0))
+            scope.list_cache = float(body.get("list_cache", 0))
             self.scopes[name] = scope
             return scope.report()
 
@@ -518,7 +525,14 @@ class Handler(BaseHTTPRequestHandler):
             # Without a lag, moto can filter (a lag needs every status: ended ones may still show).
             wanted = request.get("statusFilter")
             wanted = wanted if wanted in EXECUTION_STATUSES and not scope.list_lag else None
-            status, ctype, data = self._list_all(method, path, request, wanted)
+            key = (request.get("stateMachineArn", ""), wanted)
+            cached = scope.listings.get(key) if scope.list_cache else None
+            if cached and time.monotonic() - cached[0] < scope.list_cache:
+                status, ctype, data = 200, "application/x-amz-json-1.0", cached[1]
+            else:
+                status, ctype, data = self._list_all(method, path, request, wanted)
+                if status == 200 and scope.list_cache:
+                    scope.listings[key] = (time.monotonic(), data)
             if status == 200:
                 status, answer = page_executions(request, data, scope.list_lag, scope.page_cap)
                 data = json.dumps(answer).encode()
