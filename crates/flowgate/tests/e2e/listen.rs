@@ -24,13 +24,13 @@ tools:
 "#;
 
 /// A `subscriptions/listen` request's SSE stream, read message by message.
-struct Listening {
+pub(crate) struct Listening {
     response: reqwest::Response,
     buffer: String,
 }
 
 impl Listening {
-    async fn open(url: &str, notifications: Value) -> Listening {
+    pub(crate) async fn open(url: &str, notifications: Value) -> Listening {
         let body = json!({
             "jsonrpc": "2.0", "id": "listen-e2e", "method": "subscriptions/listen",
             "params": {"notifications": notifications, "_meta": {
@@ -65,7 +65,7 @@ impl Listening {
     }
 
     /// The next message (`None` at the end of the stream); within a minute.
-    async fn next(&mut self) -> Option<Value> {
+    pub(crate) async fn next(&mut self) -> Option<Value> {
         let reading = async {
             loop {
                 if let Some(at) = self.buffer.find("\n\n") {
