@@ -20,7 +20,7 @@
 //!    `_meta`) when it ends gracefully: every task it follows has ended (and it follows no
 //!    tool list), the request's deadline is near (Lambda, Cloud Run: the client opens it
 //!    again), or (where the platform delivers a body only when the request ends) after the
-//!    first push.
+//!    first change it pushes.
 //!
 //! It reads each task with `tasks/get`'s own operation ([`FlowgateServer::task_get`]), so a
 //! listener costs the engine what a client polling at the task's advertised `pollIntervalMs`
@@ -72,7 +72,8 @@ pub(crate) struct Listener {
     tasks: Vec<String>,
     /// Tool-list generations, when the client asked for `toolsListChanged`.
     tools: Option<watch::Receiver<u64>>,
-    /// End after the first push (the platform delivers a body only when the request ends).
+    /// End after the first change pushed (the platform delivers a body only when the request
+    /// ends).
     end_at_push: bool,
     _slot: HoldSlot,
 }
@@ -155,8 +156,9 @@ struct Followed {
 }
 
 impl Listener {
-    /// This listener, ending after its first push (a platform that delivers a body only when
-    /// the request ends: the client gets the push, then opens it again).
+    /// This listener, ending after the first change it pushes (a platform that delivers a body
+    /// only when the request ends: the client gets the states it found and the change, then
+    /// opens it again; ending at the first state found would make that a busy poll).
     pub(crate) fn ending_at_first_push(mut self) -> Self {
         self.end_at_push = true;
         self
@@ -218,12 +220,12 @@ impl Listener {
                     }
                 }
                 () = until(due) => {
-                    let pushed = tokio::select! {
+                    let changed = tokio::select! {
                         biased;
                         () = caller.gone() => return Closed::Gone,
-                        pushed = self.read_due(server, caller, &mut followed, send) => pushed,
+                        changed = self.read_due(server, caller, &mut followed, send) => changed,
                     };
-                    if pushed && self.end_at_push {
+                    if changed && self.end_at_push {
                         break;
                     }
                 }
@@ -233,8 +235,9 @@ impl Listener {
         Closed::Complete
     }
 
-    /// Reads every task due now, pushes what changed, and forgets the tasks that ended (or can
-    /// no longer be read). Whether it pushed anything.
+    /// Reads every task due now, pushes what changed (and the state of a task read for the
+    /// first time), and forgets the tasks that ended (or can no longer be read). Whether it
+    /// pushed a change.
     async fn read_due(
         &self,
         server: &FlowgateServer,
@@ -261,7 +264,7 @@ impl Listener {
         }))
         .await;
         let metrics = flowgate_telemetry::metrics::get();
-        let mut pushed = false;
+        let mut changed = false;
         let mut ended = Vec::new();
         for (&i, (read, pacing)) in due.iter().zip(reads) {
             let task = &mut followed[i];
@@ -291,7 +294,8 @@ impl Listener {
                 if let Some(metrics) = metrics {
                     metrics.notification_pushed("tasks");
                 }
-                pushed = true;
+                // A change, not the state the listener found the task in.
+                changed |= task.last.is_some();
                 task.last = Some(now);
             }
             if terminal {
@@ -303,7 +307,7 @@ impl Listener {
         for i in ended.into_iter().rev() {
             followed.remove(i);
         }
-        pushed
+        changed
     }
 
     /// `notifications/subscriptions/acknowledged`: the filter honoured.

@@ -441,4 +441,29 @@ mod tests {
         assert_eq!(answers[0]["result"]["protocolVersion"], "2025-06-18");
         assert_eq!(answers[1]["error"]["code"], -32601, "{answers:?}");
     }
+
+    /// A `subscriptions/listen` line is answered with its messages as lines: the
+    /// acknowledgement (without an id that does not open), then its result.
+    #[tokio::test]
+    async fn a_listen_writes_its_messages_as_lines() {
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "c", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        });
+        let listen = json!({"jsonrpc": "2.0", "id": "l", "method": "subscriptions/listen",
+            "params": {"_meta": meta, "notifications": {"taskIds": ["fg2.forged"]}}});
+        let answers = answers(server(), &format!("{listen}\n"), 4096).await;
+        assert_eq!(answers.len(), 2, "{answers:?}");
+        assert_eq!(
+            answers[0]["method"],
+            "notifications/subscriptions/acknowledged"
+        );
+        assert_eq!(
+            answers[0]["params"]["notifications"],
+            json!({"taskIds": []})
+        );
+        assert_eq!(answers[1]["id"], "l");
+        assert_eq!(answers[1]["result"]["resultType"], "complete");
+    }
 }
