@@ -6,7 +6,7 @@
 //!
 //! | field | what |
 //! |---|---|
-//! | `event` | `refused`, `started`, `answered`, `cancelled`, `finished` |
+//! | `event` | `refused`, `started`, `answered`, `cancelled`, `finished`, `subscribed` |
 //! | `principalIssuer` | the caller's issuer (the token's `iss`, or the platform: `aws:iam`, …); absent when unauthenticated |
 //! | `principalSubject` | the caller's subject within it; `anonymous` when nothing authenticated the caller |
 //! | `tool` | the tool |
@@ -14,8 +14,9 @@
 //! | `requestId` | the caller's request id: on HTTP the platform's trace id or a fresh one, on stdio the JSON-RPC id |
 //! | `argumentsSha256` | SHA-256 (hex) of the canonical JSON of the call's arguments (`started`, `refused`) or of the delivered answers (`answered`): sorted keys, no whitespace |
 //! | `answers` | how many answers were delivered (`answered`) |
+//! | `tasks` | how many of the caller's tasks a `subscriptions/listen` follows (`subscribed`; the ids are left out) |
 //! | `status` | the terminal state seen (`finished`: completed, failed, cancelled) |
-//! | `reason` | why flowgate stopped an execution itself (`cancelled`: `hung_up`, `sync_wait`), or why a request was refused: `unauthenticated`, `invalid_token`, `not_allowed`, `keys_unavailable`, `insufficient_scope`, `unknown_tool`, `tasks_required`, `invalid_arguments`, `task_not_found` |
+//! | `reason` | what a listener follows besides tasks (`subscribed`: `tools_list_changed`), why flowgate stopped an execution itself (`cancelled`: `hung_up`, `sync_wait`), or why a request was refused: `unauthenticated`, `invalid_token`, `not_allowed`, `keys_unavailable`, `insufficient_scope`, `unknown_tool`, `tasks_required`, `invalid_arguments`, `task_not_found` |
 //!
 //! Each task event also counts in the process's metrics, when they are on
 //! (`flowgate_tasks_started_total`, `_answered_total`, `_cancelled_total`, `_finished_total`).
@@ -46,6 +47,7 @@ struct Line<'a> {
     request_id: Option<&'a str>,
     arguments: Option<&'a str>,
     answers: Option<usize>,
+    tasks: Option<usize>,
     status: Option<&'a str>,
     reason: Option<&'a str>,
 }
@@ -76,6 +78,7 @@ fn emit(line: &Line<'_>) {
         requestId = line.request_id,
         argumentsSha256 = line.arguments,
         answers = line.answers,
+        tasks = line.tasks,
         status = line.status,
         reason = line.reason,
         "audit"
@@ -136,6 +139,16 @@ pub(crate) fn refused(
         arguments: arguments.as_deref(),
         reason: Some(reason),
         ..Line::of("refused", caller)
+    });
+}
+
+/// A `subscriptions/listen` was opened: how many of the caller's tasks it follows (the ids
+/// are left out: each is a credential to its task), and whether it follows the tool list.
+pub(crate) fn subscribed(caller: &Caller, tasks: usize, tools_list_changed: bool) {
+    emit(&Line {
+        tasks: Some(tasks),
+        reason: tools_list_changed.then_some("tools_list_changed"),
+        ..Line::of("subscribed", caller)
     });
 }
 

@@ -10,8 +10,9 @@
 //!   its capabilities. An unknown revision is `-32022`; `_meta` without a required key is
 //!   `-32602` (a malformed request: [`Answer::malformed`]). The table: `server/discover`,
 //!   `tools/list`, `tools/call`, `tasks/get`, `tasks/update`, `tasks/cancel` (the tasks
-//!   extension: `-32021` unless the client declared it); `ping` and everything else is
-//!   `-32601`.
+//!   extension: `-32021` unless the client declared it), `subscriptions/listen` (module
+//!   `listen`; `-32021` when it asks for task ids without the extension); `ping` and
+//!   everything else is `-32601`.
 //! - **Session** (2025-11-25 and older): the revision is the transport's (the
 //!   `MCP-Protocol-Version` header, the session's `initialize`). The table: `initialize`,
 //!   `ping`, `tools/list`, `tools/call` (synchronous), and in 2025-11-25 the revision's task
@@ -204,11 +205,26 @@ async fn per_request(
             }
             tasks(server, caller, message, method).await
         }
+        "subscriptions/listen" => {
+            let opened = crate::listen::open(
+                server,
+                caller,
+                message.id.as_ref(),
+                non_null(message),
+                || tasks_capability(server, takes_tasks, method),
+            );
+            return match opened {
+                Ok(listener) => Reply::Listen(Box::new(listener)),
+                Err(e) => Reply::answer(Err(e), true),
+            };
+        }
         other => Err(crate::errors::method_not_found(other)),
     };
     Reply::answer(
         outcome.and_then(|out| match out {
             Out::Typed(mut result) => {
+                // `tools/list` gets `ttlMs: 0` (re-read it when told: listeners are told of
+                // each reload) and a private cache scope (it depends on the caller's scopes).
                 result.fill_missing_cache_hints();
                 written(&result)
             }

@@ -73,10 +73,10 @@ pub(crate) fn too_many_holds(limit: usize) -> ErrorData {
     ErrorData::new(
         ErrorCode(TOO_MANY_HOLDS),
         format!(
-            "too many waiting requests: this caller already has {limit} tasks/result or \
-             synchronous tools/call requests waiting on this server (the limit, \
-             FLOWGATE_MAX_HOLDS_PER_CALLER). Poll the task with tasks/get instead, or call \
-             tasks/result again once one of the waiting requests has ended."
+            "too many waiting requests: this caller already has {limit} tasks/result, \
+             subscriptions/listen or synchronous tools/call requests waiting on this server \
+             (the limit, FLOWGATE_MAX_HOLDS_PER_CALLER). Poll the task with tasks/get instead, \
+             or call again once one of the waiting requests has ended."
         ),
         Some(json!({"limit": limit})),
     )

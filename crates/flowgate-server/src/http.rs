@@ -658,4 +658,356 @@ mod tests {
         let (_, _, body) = answer(&app, request("tools/call", call, false, &[])).await;
         assert_eq!(body["result"]["content"][0]["text"], "1", "{body}");
     }
+
+    /// The `subscriptions/listen` tests' server: one tool `open` polled every 100 ms, behind
+    /// the header identity; the server too, to reload it.
+    fn listening(options: ServerOptions) -> (Router, FakeEngine, FlowgateServer) {
+        listening_on(options, false)
+    }
+
+    /// [`listening`], on a platform that delivers a body only when the request ends
+    /// (`buffered`) or not.
+    fn listening_on(
+        options: ServerOptions,
+        buffered: bool,
+    ) -> (Router, FakeEngine, FlowgateServer) {
+        let engine = FakeEngine::new();
+        let mut registry = flowgate_core::Registry::new();
+        register(&mut registry, engine.clone());
+        let manifest = flowgate_manifest::parse_str(
+            "tools:\n  - name: open\n    poll_interval_ms: 100\n    target: { engine: fake }\n",
+            Path::new("m.yaml"),
+        )
+        .expect("manifest");
+        let tools = ToolSet::build(&manifest, &registry).expect("tools");
+        let keys = Keyring::new(HandleKey::random("k").expect("key"), vec![]);
+        let server = FlowgateServer::new(tools, keys, options);
+        let http = HttpOptions {
+            identity: Some(Arc::new(HeaderIdentity)),
+            buffered_responses: buffered,
+            ..HttpOptions::default()
+        };
+        (router(server.clone(), http), engine, server)
+    }
+
+    fn listen(notifications: Value, tasks: bool, who: &str) -> Request<Body> {
+        let mut r = request(
+            "subscriptions/listen",
+            json!({"notifications": notifications}),
+            tasks,
+            &[("x-test-caller", who)],
+        );
+        *r.body_mut() = Body::from(
+            String::from_utf8(
+                serde_json::to_vec(&json!({
+                    "jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+                    "params": {"notifications": notifications, "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+                        "io.modelcontextprotocol/clientCapabilities": if tasks {
+                            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+                        } else {
+                            json!({})
+                        },
+                    }},
+                }))
+                .expect("json"),
+            )
+            .expect("utf-8"),
+        );
+        r
+    }
+
+    /// An SSE body, read event by event.
+    struct Events {
+        body: axum::body::BodyDataStream,
+        buffer: String,
+    }
+
+    impl Events {
+        fn of(response: axum::response::Response) -> Events {
+            assert_eq!(response.status(), StatusCode::OK);
+            let content_type = response.headers().get("content-type").cloned();
+            assert_eq!(
+                content_type.as_ref().and_then(|v| v.to_str().ok()),
+                Some("text/event-stream")
+            );
+            Events {
+                body: response.into_body().into_data_stream(),
+                buffer: String::new(),
+            }
+        }
+
+        /// The next message; `None` when the stream ends.
+        async fn next(&mut self) -> Option<Value> {
+            loop {
+                if let Some(at) = self.buffer.find("\n\n") {
+                    let event: String = self.buffer.drain(..at + 2).collect();
+                    let data: String = event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(str::trim)
+                        .collect();
+                    if data.is_empty() {
+                        continue;
+                    }
+                    return Some(serde_json::from_str(&data).expect("an event of JSON"));
+                }
+                let chunk = futures::StreamExt::next(&mut self.body)
+                    .await?
+                    .expect("chunk");
+                self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        }
+
+        /// Every message to the end of the stream (which must end within a minute).
+        async fn rest(&mut self) -> Vec<Value> {
+            let mut all = Vec::new();
+            let reading = async {
+                while let Some(message) = self.next().await {
+                    all.push(message);
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(60), reading)
+                .await
+                .expect("the stream ended");
+            all
+        }
+    }
+
+    /// A client that listens for its task sees each status to the end, then the listen's
+    /// result; the ids it may not see (forged, another principal's) are left out of the
+    /// acknowledgement and never pushed.
+    #[tokio::test]
+    async fn a_listener_sees_its_task_to_the_end_and_nothing_else() {
+        let (app, engine, _) = listening(ServerOptions::default());
+        let alice = [("x-test-caller", "alice")];
+        let bob = [("x-test-caller", "bob")];
+        let mine = started(
+            &app,
+            json!({"script": [{"work": 400}, {"succeed": {"n": 7}}]}),
+            &alice,
+        )
+        .await;
+        let theirs = started(&app, json!({"script": [{"succeed": 1}]}), &bob).await;
+        let forged = format!("{}A", &mine[..mine.len() - 1]);
+        let asked = json!({"taskIds": [mine, theirs, forged, "nope"]});
+        let response = app
+            .clone()
+            .oneshot(listen(asked, true, "alice"))
+            .await
+            .expect("answer");
+        let reads_before = engine.read_count();
+        let messages = Events::of(response).rest().await;
+        let methods: Vec<&str> = messages
+            .iter()
+            .map(|m| m["method"].as_str().unwrap_or("(result)"))
+            .collect();
+        assert_eq!(
+            methods.first(),
+            Some(&"notifications/subscriptions/acknowledged"),
+            "{messages:?}"
+        );
+        assert_eq!(
+            messages[0]["params"]["notifications"],
+            json!({"taskIds": [mine]}),
+            "only the caller's own id is acknowledged"
+        );
+        let subscription = json!({"io.modelcontextprotocol/subscriptionId": "listen-1"});
+        assert_eq!(messages[0]["params"]["_meta"], subscription);
+        let pushed: Vec<&Value> = messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/tasks")
+            .collect();
+        let statuses: Vec<&str> = pushed
+            .iter()
+            .map(|m| m["params"]["status"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(statuses, ["working", "completed"], "{messages:?}");
+        for push in &pushed {
+            assert_eq!(push["params"]["taskId"], mine.as_str());
+            assert_eq!(push["params"]["_meta"], subscription);
+        }
+        assert_eq!(
+            pushed[1]["params"]["result"]["content"][0]["text"], r#"{"n":7}"#,
+            "the final push carries what tasks/get would: {:?}",
+            pushed[1]
+        );
+        let last = messages.last().expect("a last message");
+        assert_eq!(last["id"], "listen-1");
+        assert_eq!(
+            last["result"],
+            json!({"resultType": "complete", "_meta": subscription})
+        );
+        assert_eq!(messages.len(), 4, "{messages:?}");
+        assert!(
+            engine.read_count() > reads_before,
+            "the listener read the engine itself"
+        );
+    }
+
+    #[tokio::test]
+    async fn listening_for_tasks_needs_the_tasks_extension() {
+        let (app, _, _) = listening(ServerOptions::default());
+        let mine = started(&app, json!({}), &[("x-test-caller", "alice")]).await;
+        let (status, _, body) =
+            answer(&app, listen(json!({"taskIds": [mine]}), false, "alice")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["error"]["code"], -32021, "{body}");
+        assert_eq!(body["id"], "listen-1");
+        // Without task ids, the tool list needs no extension.
+        let response = app
+            .clone()
+            .oneshot(listen(json!({"toolsListChanged": true}), false, "alice"))
+            .await
+            .expect("answer");
+        let mut events = Events::of(response);
+        let ack = events.next().await.expect("an acknowledgement");
+        assert_eq!(
+            ack["params"]["notifications"],
+            json!({"toolsListChanged": true})
+        );
+    }
+
+    /// A reload is pushed to the listeners that asked for the tool list, and to no other.
+    #[tokio::test]
+    async fn a_reload_is_pushed_to_listeners_of_the_tool_list() {
+        let (app, _, server) = listening(ServerOptions::default());
+        let open = |notifications: Value| {
+            let app = app.clone();
+            async move {
+                let response = app
+                    .oneshot(listen(notifications, true, "alice"))
+                    .await
+                    .expect("answer");
+                let mut events = Events::of(response);
+                events.next().await.expect("an acknowledgement");
+                events
+            }
+        };
+        let mut tools = open(json!({"toolsListChanged": true})).await;
+        let long = started(
+            &app,
+            json!({"script": [{"work": 600_000}]}),
+            &[("x-test-caller", "alice")],
+        )
+        .await;
+        let mut tasks = open(json!({"taskIds": [long]})).await;
+        let first = tasks.next().await.expect("the task's state");
+        assert_eq!(first["params"]["status"], "working");
+        server.replace_tools(server.tools().as_ref().clone());
+        let pushed = tools.next().await.expect("a push");
+        assert_eq!(pushed["method"], "notifications/tools/list_changed");
+        assert_eq!(
+            pushed["params"],
+            json!({"_meta": {"io.modelcontextprotocol/subscriptionId": "listen-1"}})
+        );
+        // The task's listener is told nothing of it: it reads on, and its stream stays open.
+        let waited = tokio::time::timeout(Duration::from_millis(500), tasks.next()).await;
+        assert!(
+            waited.is_err(),
+            "pushed what it was not asked for: {waited:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn listeners_count_against_the_hold_cap_and_stop_reading_when_dropped() {
+        let options = ServerOptions {
+            max_holds_per_caller: 1,
+            ..ServerOptions::default()
+        };
+        let (app, engine, _) = listening(options);
+        let alice = [("x-test-caller", "alice")];
+        let long = started(&app, json!({"script": [{"work": 600_000}]}), &alice).await;
+        let asked = json!({"taskIds": [long]});
+        let response = app
+            .clone()
+            .oneshot(listen(asked.clone(), true, "alice"))
+            .await
+            .expect("answer");
+        let mut events = Events::of(response);
+        events.next().await.expect("an acknowledgement");
+        events.next().await.expect("the task's state");
+        let (status, _, body) = answer(&app, listen(asked.clone(), true, "alice")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["error"]["code"], -32000, "{body}");
+        // Another principal has slots of its own.
+        let bobs = app
+            .clone()
+            .oneshot(listen(json!({"toolsListChanged": true}), true, "bob"))
+            .await
+            .expect("answer");
+        Events::of(bobs)
+            .next()
+            .await
+            .expect("bob's acknowledgement");
+        assert!(
+            reads_during(&engine, Duration::from_millis(400)).await > 0,
+            "it reads while open"
+        );
+        drop(events);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            reads_during(&engine, Duration::from_millis(500)).await,
+            0,
+            "a listener whose client went away reads the engine no more"
+        );
+        // Its slot came back.
+        let again = app
+            .clone()
+            .oneshot(listen(asked, true, "alice"))
+            .await
+            .expect("answer");
+        let ack = Events::of(again).next().await.expect("an acknowledgement");
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    }
+
+    /// A listener ends gracefully before the request's deadline (the platform's), so the
+    /// client opens it again; on a platform that delivers a body only at the end, it ends
+    /// after the first change it pushes.
+    #[tokio::test]
+    async fn a_listener_ends_before_the_deadline_and_at_the_first_change_when_buffered() {
+        let (app, _, _) = listening(ServerOptions::default());
+        let alice = [("x-test-caller", "alice")];
+        let long = started(&app, json!({"script": [{"work": 600_000}]}), &alice).await;
+        let mut held = listen(json!({"taskIds": [long]}), true, "alice");
+        let deadline = tokio::time::Instant::now()
+            + crate::caller::DEADLINE_MARGIN
+            + Duration::from_millis(600);
+        held.extensions_mut().insert(Deadline(deadline));
+        let response = app.clone().oneshot(held).await.expect("answer");
+        let messages = Events::of(response).rest().await;
+        assert!(tokio::time::Instant::now() < deadline, "ended too late");
+        let last = messages.last().expect("messages");
+        assert_eq!(last["result"]["resultType"], "complete", "{messages:?}");
+
+        let (app, _, _) = listening_on(ServerOptions::default(), true);
+        let script = json!([{"work": 300}, {"ask": "Go?"}, {"succeed": 1}]);
+        let asking = started(&app, json!({"script": script}), &alice).await;
+        let response = app
+            .clone()
+            .oneshot(listen(json!({"taskIds": [asking]}), true, "alice"))
+            .await
+            .expect("answer");
+        let messages = Events::of(response).rest().await;
+        let seen: Vec<&str> = messages
+            .iter()
+            .map(|m| {
+                m["params"]["status"]
+                    .as_str()
+                    .or(m["method"].as_str())
+                    .unwrap_or("(result)")
+            })
+            .collect();
+        // The state it found, then the first change, then the end: the client opens it again.
+        assert_eq!(
+            seen,
+            [
+                "notifications/subscriptions/acknowledged",
+                "working",
+                "input_required",
+                "(result)"
+            ]
+        );
+    }
 }

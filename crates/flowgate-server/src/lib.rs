@@ -36,6 +36,7 @@ mod hang_up;
 mod holds;
 pub mod http;
 mod jsonrpc;
+mod listen;
 mod mrtr;
 mod output;
 mod params;

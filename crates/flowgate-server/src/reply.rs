@@ -9,7 +9,7 @@ use rmcp::ErrorData;
 use serde_json::{Map, Value, json};
 
 /// How the dispatcher answered a message.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub(crate) enum Reply {
     /// The answer to the request's id.
     Answer(Answer),
@@ -24,6 +24,10 @@ pub(crate) enum Reply {
     Gone,
     /// A resumable hold ended without the answer; the client resumes it.
     Paused,
+    /// A `subscriptions/listen`, open: the transport runs it on a stream of its own
+    /// (`Listener::run`), which carries the acknowledgement, the notifications and, at a
+    /// graceful end, the request's result.
+    Listen(Box<crate::listen::Listener>),
 }
 
 /// A result or an error, and what the transport needs to write it.

@@ -54,6 +54,9 @@ pub(crate) struct Inner {
     pub(crate) info: ServerConfig,
     /// The requests each principal holds open now.
     pub(crate) holds: Holds,
+    /// The tool set's generation, moved on by each reload: open listeners that asked for
+    /// `toolsListChanged` watch it (module `listen`).
+    tools_changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl FlowgateServer {
@@ -61,6 +64,7 @@ impl FlowgateServer {
     pub fn new(tools: ToolSet, keys: Keyring, options: ServerOptions) -> Self {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_tasks()
             .build();
         let info = ServerConfig::new(capabilities)
@@ -78,6 +82,7 @@ impl FlowgateServer {
                 options,
                 info,
                 holds: Holds::default(),
+                tools_changed: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
@@ -122,6 +127,17 @@ impl FlowgateServer {
         }
         // A tool served again answers through its new entry.
         retired.retain(|tag, _| new.by_tag(tag).is_none());
+        drop(retired);
+        // Listeners push `notifications/tools/list_changed` (a client re-reads `tools/list`).
+        self.inner
+            .tools_changed
+            .send_modify(|generation| *generation += 1);
+    }
+
+    /// A watch of the tool set's generation, which each reload moves on; changes after this
+    /// call are seen.
+    pub(crate) fn tools_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.tools_changed.subscribe()
     }
 
     /// The entry that answers for tasks whose ids carry `tag`: the one being served, or one a

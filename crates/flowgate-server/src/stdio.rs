@@ -13,7 +13,11 @@
 //! - `initialize` is answered before the next line is read, since the lines after it are in
 //!   the revision it settles;
 //! - a 2025-11-25 `tasks/result` sends the questions it asks as `elicitation/create` requests
-//!   on stdout, whose answers come back as lines like any other.
+//!   on stdout, whose answers come back as lines like any other;
+//! - a `subscriptions/listen` writes each of its messages as a line (stdio has no deadline:
+//!   it ends when what it follows has ended, on `notifications/cancelled`, or at the end of
+//!   input), and a session that `initialize` settled is sent
+//!   `notifications/tools/list_changed` after each manifest reload.
 //!
 //! Every message goes to stdout through one writer, a line each, so none interleaves with
 //! another. When traces or metrics are on, each request's span begins when its line is read
@@ -65,6 +69,11 @@ where
     let (out, lines) = mpsc::unbounded_channel::<Vec<u8>>();
     let writer = tokio::spawn(write_lines(lines, output));
     let session = Arc::new(Session::default());
+    tokio::spawn(tell_of_reloads(
+        server.clone(),
+        Arc::clone(&session),
+        out.clone(),
+    ));
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -110,6 +119,34 @@ where
     match tokio::time::timeout(DRAIN, writer).await {
         Ok(Ok(written)) => written,
         _ => Ok(()),
+    }
+}
+
+/// Until the session closes: after each reload, tells a session that `initialize` settled
+/// (the revisions with a handshake, whose server may send notifications on stdout at any
+/// time) that the tool list changed. 2026-07-28 clients learn it on `subscriptions/listen`.
+async fn tell_of_reloads(
+    server: FlowgateServer,
+    session: Arc<Session>,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+) {
+    let mut changes = server.tools_changed();
+    loop {
+        tokio::select! {
+            biased;
+            () = session.closed.cancelled() => return,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+        if session.revision().is_some() {
+            let line = br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+            if out.send(line.to_vec()).is_err() {
+                return;
+            }
+        }
     }
 }
 
@@ -199,6 +236,19 @@ impl Session {
                 },
             )
             .await;
+            if let Reply::Listen(listener) = reply {
+                // Each message of the listener is a line; it ends when what it follows has
+                // ended, on `notifications/cancelled`, or at the end of input.
+                let mut send = |message: Value| {
+                    let _ = out.send(message.to_string().into_bytes());
+                };
+                listener.run(&server, &caller, &mut send).await;
+                session.flights().remove(&id);
+                if let Some(observed) = observed {
+                    observed.end(flowgate_telemetry::Ended::Ok);
+                }
+                return;
+            }
             session.flights().remove(&id);
             if let Some(observed) = observed {
                 observed.end(reply.ended());
@@ -207,7 +257,9 @@ impl Session {
                 Reply::Answer(answer) => answer.outcome,
                 // No identity on stdio: every caller may call every tool.
                 Reply::Forbidden(_) => Err(ErrorData::invalid_params("unknown tool", None)),
-                Reply::Accepted | Reply::Stray | Reply::Gone | Reply::Paused => return,
+                Reply::Accepted | Reply::Stray | Reply::Gone | Reply::Paused | Reply::Listen(_) => {
+                    return;
+                }
             };
             if initialize && let Ok(result) = &outcome {
                 session.settle(&message, result);
@@ -388,5 +440,30 @@ mod tests {
         let answers = answers(server(), input, 4096).await;
         assert_eq!(answers[0]["result"]["protocolVersion"], "2025-06-18");
         assert_eq!(answers[1]["error"]["code"], -32601, "{answers:?}");
+    }
+
+    /// A `subscriptions/listen` line is answered with its messages as lines: the
+    /// acknowledgement (without an id that does not open), then its result.
+    #[tokio::test]
+    async fn a_listen_writes_its_messages_as_lines() {
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "c", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        });
+        let listen = json!({"jsonrpc": "2.0", "id": "l", "method": "subscriptions/listen",
+            "params": {"_meta": meta, "notifications": {"taskIds": ["fg2.forged"]}}});
+        let answers = answers(server(), &format!("{listen}\n"), 4096).await;
+        assert_eq!(answers.len(), 2, "{answers:?}");
+        assert_eq!(
+            answers[0]["method"],
+            "notifications/subscriptions/acknowledged"
+        );
+        assert_eq!(
+            answers[0]["params"]["notifications"],
+            json!({"taskIds": []})
+        );
+        assert_eq!(answers[1]["id"], "l");
+        assert_eq!(answers[1]["result"]["resultType"], "complete");
     }
 }

@@ -80,6 +80,11 @@ struct Reason {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Pushed {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Request {
     method: &'static str,
     outcome: &'static str,
@@ -122,6 +127,8 @@ pub struct Metrics {
     last_reload_successful: Gauge,
     last_reload_success_time: Gauge<f64, AtomicU64>,
     tools: Gauge,
+    listeners: Gauge,
+    notifications_pushed: Family<Pushed, Counter>,
     /// Each tool's engine, for the task events (which name only the tool).
     engines: RwLock<HashMap<ToolName, &'static str>>,
     /// The answered requests' series, by method (see [`ToolSeries`]).
@@ -247,6 +254,18 @@ impl Metrics {
         );
         let tools = Gauge::default();
         registry.register("tools", "Tools being served", tools.clone());
+        let listeners = Gauge::default();
+        registry.register(
+            "listeners",
+            "subscriptions/listen requests open on this instance",
+            listeners.clone(),
+        );
+        let notifications_pushed = Family::<Pushed, Counter>::default();
+        registry.register(
+            "notifications_pushed",
+            "Notifications pushed on subscriptions/listen streams, by kind",
+            notifications_pushed.clone(),
+        );
         let build = Family::<Build, Gauge>::default();
         build
             .get_or_create(&Build {
@@ -277,6 +296,8 @@ impl Metrics {
             last_reload_successful,
             last_reload_success_time,
             tools,
+            listeners,
+            notifications_pushed,
             engines: RwLock::default(),
             requests_ok: Default::default(),
             request_durations: Default::default(),
@@ -390,6 +411,23 @@ impl Metrics {
                 engine,
                 state,
             })
+            .inc();
+    }
+
+    /// A `subscriptions/listen` stream opened.
+    pub fn listener_opened(&self) {
+        self.listeners.inc();
+    }
+
+    /// A `subscriptions/listen` stream ended, however it ended.
+    pub fn listener_closed(&self) {
+        self.listeners.dec();
+    }
+
+    /// A notification pushed on a listen stream (`kind`: `tasks`, `tools_list_changed`).
+    pub fn notification_pushed(&self, kind: &'static str) {
+        self.notifications_pushed
+            .get_or_create(&Pushed { kind })
             .inc();
     }
 

@@ -17,7 +17,7 @@ use crate::traces::REQUEST_SPAN;
 
 /// The methods flowgate serves, as metric label values (anything else is `other`, so a client
 /// cannot make up label values).
-pub(crate) const METHODS: [&str; 12] = [
+pub(crate) const METHODS: [&str; 13] = [
     "initialize",
     "ping",
     "server/discover",
@@ -28,6 +28,7 @@ pub(crate) const METHODS: [&str; 12] = [
     "tasks/cancel",
     "tasks/list",
     "tasks/result",
+    "subscriptions/listen",
     "notifications/initialized",
     "notifications/cancelled",
 ];

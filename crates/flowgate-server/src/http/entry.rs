@@ -15,7 +15,8 @@
 //!    the span, and its end records how the reply says the request ended.
 //! 6. The headers against the body (module `headers`): 400.
 //! 7. The dispatcher answers; a 2025-11-25 `tasks/result` for a client that takes a stream is
-//!    answered as a resumable SSE stream instead, whose outcome is recorded when it ends.
+//!    answered as a resumable SSE stream instead, and an open `subscriptions/listen` as an
+//!    SSE stream of its messages; the outcome of either is recorded when it ends.
 //!
 //! An answer of the per-request lifecycle (2026-07-28) gets the status the transport gives
 //! its errors: 400 for `-32020`, `-32021`, `-32022` and a malformed `_meta`, 404 for
@@ -175,8 +176,59 @@ pub(crate) async fn serve(State(entry): State<Arc<Entry>>, request: Request) -> 
     )
     .await;
     on_drop.disarm();
+    if let Reply::Listen(listener) = reply {
+        return listen(&entry, caller, *listener, observed);
+    }
     end(observed, reply.ended());
     write(&entry, &caller, message.id.as_ref(), reply)
+}
+
+/// `subscriptions/listen` as an SSE stream: each message the listener writes is one event. The
+/// stream holds the caller: when the client drops it, the listener reads and writes nothing
+/// more. On shutdown the listener ends gracefully (its result is the last event), so the
+/// client opens it again, on this instance or another; the request's outcome is recorded when
+/// the stream ends.
+fn listen(
+    entry: &Entry,
+    caller: Caller,
+    listener: crate::listen::Listener,
+    observed: Option<flowgate_telemetry::Request>,
+) -> Response {
+    let listener = if entry.buffered {
+        listener.ending_at_first_push()
+    } else {
+        listener
+    };
+    let (events, stream) = futures::channel::mpsc::unbounded::<Value>();
+    let gone = CancellationToken::new();
+    let caller = caller.with_gone(gone.clone());
+    let server = entry.server.clone();
+    let shutdown = entry.shutdown.clone();
+    tokio::spawn(async move {
+        let closing = listener.closing();
+        let mut send = |message: Value| {
+            let _ = events.unbounded_send(message);
+        };
+        tokio::select! {
+            _ = listener.run(&server, &caller, &mut send) => {}
+            () = shutdown.cancelled() => send(closing),
+        }
+    });
+    let held = Held {
+        gone: Some(gone.drop_guard()),
+        observed,
+        ended: Arc::new(std::sync::Mutex::new(Ended::Ok)),
+    };
+    let body = stream.map(move |message| {
+        let _held = &held;
+        Ok::<_, std::convert::Infallible>(format!("event: message\ndata: {message}\n\n"))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 /// The HTTP answer of `reply`.
@@ -241,6 +293,8 @@ fn write(entry: &Entry, caller: &Caller, id: Option<&Value>, reply: Reply) -> Re
         ),
         // A hold without an outbox is not resumable: it answers (module `dialect_2025`).
         Reply::Gone | Reply::Paused => StatusCode::NO_CONTENT.into_response(),
+        // Written as a stream by `serve`, never here.
+        Reply::Listen(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 

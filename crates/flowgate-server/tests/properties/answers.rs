@@ -10,7 +10,11 @@
 //! - `initialize` whose `MCP-Protocol-Version` contradicts its `protocolVersion`, and a
 //!   request whose header contradicts its `_meta` revision, are refused (400 with `-32600` and
 //!   `-32020`: rmcp's own rules) where the 2025-11-25 layer in front of rmcp answered them;
-//! - `initialize` without params is `-32602` naming them, not `-32601`.
+//! - `initialize` without params is `-32602` naming them, not `-32601`;
+//! - `subscriptions/listen` (2026-07-28) is served (an SSE stream: the acknowledgement, then
+//!   the result once nothing is left to follow; `-32021` for task ids without the tasks
+//!   extension), where rmcp's answered `-32601`, and the server's capabilities say
+//!   `tools.listChanged` (issue 37).
 //!
 //! `FLOWGATE_BLESS=1` rewrites the file from the answers of the code under test; review the
 //! diff before committing it.
@@ -188,8 +192,20 @@ fn corpus(task_id: &str) -> Vec<(&'static str, Sent)> {
             modern(
                 "subscriptions/listen",
                 None,
-                json!({"notifications": {"toolsListChanged": true}}),
+                json!({"notifications": {"taskIds": [forged]}}),
             ),
+        ),
+        (
+            "subscriptions/listen without tasks declared",
+            no_tasks(
+                "subscriptions/listen",
+                None,
+                json!({"notifications": {"taskIds": [task_id]}}),
+            ),
+        ),
+        (
+            "subscriptions/listen without notifications",
+            modern("subscriptions/listen", None, json!({})),
         ),
         (
             "Mcp-Method missing",
@@ -353,6 +369,13 @@ fn corpus(task_id: &str) -> Vec<(&'static str, Sent)> {
             ),
         ),
         ("2025-11-25 tools/list", legacy("tools/list", json!({}))),
+        (
+            "2025-11-25 subscriptions/listen",
+            legacy(
+                "subscriptions/listen",
+                json!({"notifications": {"toolsListChanged": true}}),
+            ),
+        ),
         (
             "2025-11-25 tools/call (synchronous)",
             legacy(

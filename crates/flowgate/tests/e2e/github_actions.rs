@@ -231,3 +231,51 @@ async fn github_setup_faults_go_to_an_operator_and_rejections_say_who_and_why() 
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
     client.cancel().await.ok();
 }
+
+/// A listener of a GitHub Actions run is pushed each job and step the run reports, then the
+/// completed task with the artifact's result, without a single `tasks/get` of the client's.
+#[tokio::test]
+async fn a_listener_follows_a_github_run_to_its_end() {
+    let fake = Fake::shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = manifest(dir.path(), &fake);
+    let env = [(TOKEN_VAR, fake.token.as_str())];
+    let server = Server::start_with(dir.path(), Some(&manifest), &env, None);
+    let created = crate::telemetry::rpc(
+        &server.url,
+        "tools/call",
+        json!({"name": "greet", "arguments": {"name": "Ada", "seconds": 2}}),
+        &[],
+    )
+    .await;
+    let task = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let mut listening =
+        crate::listen::Listening::open(&server.url, json!({"taskIds": [task]})).await;
+    let ack = listening.next().await.expect("the acknowledgement");
+    assert_eq!(ack["params"]["notifications"], json!({"taskIds": [task]}));
+    let mut pushed: Vec<Value> = Vec::new();
+    while let Some(message) = listening.next().await {
+        if message["method"] == "notifications/tasks" {
+            pushed.push(message["params"].clone());
+        }
+    }
+    let steps: Vec<&str> = pushed
+        .iter()
+        .filter(|t| t["status"] == "working")
+        .filter_map(|t| t["statusMessage"].as_str())
+        .collect();
+    assert!(
+        steps.iter().any(|m| m.contains("step")),
+        "the run's steps were pushed: {steps:?}"
+    );
+    let last = pushed.last().expect("pushes");
+    assert_eq!(last["status"], "completed", "{last}");
+    assert_eq!(
+        last["result"]["structuredContent"],
+        json!({"greeting": "hello Ada"}),
+        "{last}"
+    );
+}

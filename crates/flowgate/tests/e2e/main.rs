@@ -17,6 +17,7 @@ mod google_workflows;
 mod http_mode;
 mod http_tasks;
 mod lambda;
+mod listen;
 mod local_engine;
 mod oauth;
 mod protocol_edges;

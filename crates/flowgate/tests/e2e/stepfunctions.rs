@@ -388,3 +388,55 @@ async fn a_throttled_poll_is_a_working_task_with_a_longer_interval() {
     assert_eq!(scope.report().await["throttled"]["GetExecutionHistory"], 1);
     cancel(&client, &id).await;
 }
+
+/// A listener of a Step Functions task sees it working, then completed with its output, pushed
+/// without a single `tasks/get` of the client's; the listen then ends by itself.
+#[tokio::test]
+async fn a_listener_follows_a_stepfunctions_task_to_its_end() {
+    let url = moto_url();
+    let admin = admin_client(&url);
+    let arn = create_machine(&admin, &unique("e2e-listen"), &pass_wait_pass(2)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = one_tool(dir.path(), "listen.yaml", &arn, &url);
+    let server = Server::start(dir.path(), Some(&manifest));
+    let created = crate::telemetry::rpc(
+        &server.url,
+        "tools/call",
+        json!({"name": "job", "arguments": {"name": "Ada"}}),
+        &[],
+    )
+    .await;
+    let task = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let mut listening =
+        crate::listen::Listening::open(&server.url, json!({"taskIds": [task]})).await;
+    let ack = listening.next().await.expect("the acknowledgement");
+    assert_eq!(ack["params"]["notifications"], json!({"taskIds": [task]}));
+    let mut statuses = Vec::new();
+    let mut last = serde_json::Value::Null;
+    while let Some(message) = listening.next().await {
+        if message["method"] == "notifications/tasks" {
+            statuses.push(
+                message["params"]["status"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            );
+            last = message["params"].clone();
+        }
+    }
+    assert_eq!(
+        statuses.first().map(String::as_str),
+        Some("working"),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("completed"),
+        "{last}"
+    );
+    let text = last["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("Ada"), "{last}");
+}
