@@ -352,8 +352,12 @@ def lambda_iam(ctx: Context, url: str, proxy: str, akid: str, secret: str) -> No
     check(listed.returncode == 0 and re.search(rf"^{name}: .* - . Connected", listed.stdout, re.M) is not None,
           f"claude mcp list does not show flowgate on Lambda (IAM) connected:\n{listed.stdout}{listed.stderr}")
     prompt = f'CALL mcp__{name}__quick_report {{"days": 3}}'
+    # Print mode waits MCP_CONNECT_TIMEOUT_MS (5 s by default; without MCP_CONNECTION_NONBLOCKING
+    # =false it may not wait at all) for its MCP servers, then asks the model without the ones not
+    # connected yet. The proxy (Python, botocore) takes longer than 5 s to start on a busy machine
+    # (8 s seen), and the call is what this flow tests, so it is given the time.
     done = ctx.run([ctx.claude, "-p", prompt, "--output-format", "json", "--allowedTools", f"mcp__{name}"],
-                   folder, timeout=180)
+                   folder, timeout=180, env={"MCP_CONNECTION_NONBLOCKING": "false", "MCP_CONNECT_TIMEOUT_MS": "60000"})
     check(done.returncode == 0, f"claude -p through mcp-proxy-for-aws failed ({done.returncode}): {done.stdout}{done.stderr}")
     answer = json.loads(done.stdout)
     expected = "TOOL RESULT: Quick report for 3 days is ready"
