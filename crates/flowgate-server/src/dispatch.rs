@@ -314,19 +314,22 @@ enum Out {
 fn initialize(server: &FlowgateServer, message: &Incoming) -> Result<ServerResult, ErrorData> {
     let request: InitializeRequestParams = params::decode(message.method(), non_null(message))?;
     let mut info = server.info().clone();
-    info.protocol_version = if request.protocol_version.has_initialize()
-        && ProtocolVersion::KNOWN_VERSIONS.contains(&request.protocol_version)
-    {
-        request.protocol_version
-    } else {
-        ProtocolVersion::KNOWN_VERSIONS
-            .iter()
-            .filter(|v| v.has_initialize())
-            .max_by(|a, b| a.as_str().cmp(b.as_str()))
-            .cloned()
-            .unwrap_or(ProtocolVersion::V_2025_11_25)
-    };
+    info.protocol_version = negotiated(&request.protocol_version);
     Ok(ServerResult::InitializeResult(info))
+}
+
+/// The revision `initialize` settles on when the client asks for `requested`: that one when
+/// flowgate speaks it, else the newest with a handshake. (A session keeps it: `stdio`.)
+pub(crate) fn negotiated(requested: &ProtocolVersion) -> ProtocolVersion {
+    if requested.has_initialize() && ProtocolVersion::KNOWN_VERSIONS.contains(requested) {
+        return requested.clone();
+    }
+    ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .filter(|v| v.has_initialize())
+        .max_by(|a, b| a.as_str().cmp(b.as_str()))
+        .cloned()
+        .unwrap_or(ProtocolVersion::V_2025_11_25)
 }
 
 /// `tools/list`: the tools the caller's scopes let it call.

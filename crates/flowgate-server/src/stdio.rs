@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::ErrorData;
-use rmcp::model::{ClientCapabilities, InitializeRequestParams};
+use rmcp::model::InitializeRequestParams;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dialect_2025::{Outbox, Question};
 use crate::dispatch::{self, Request, Session as Known};
 use crate::jsonrpc::{self, Incoming};
-use crate::reply::{self, Payload, Reply};
+use crate::reply::{self, Reply};
 use crate::{Caller, FlowgateServer};
 
 /// The longest line read (16 MiB, what rmcp's stdio transport took).
@@ -261,8 +261,8 @@ impl Session {
                     return;
                 }
             };
-            if initialize && let Ok(result) = &outcome {
-                session.settle(&message, result);
+            if initialize && outcome.is_ok() {
+                session.settle(&message);
             }
             let _ = out.send(reply::bytes(message.id.as_ref(), &outcome));
         };
@@ -273,22 +273,20 @@ impl Session {
         }
     }
 
-    /// What `initialize` (`message`, answered with `result`) settled: the revision the server
-    /// answered with, and the client's capabilities.
-    fn settle(&self, message: &Incoming, result: &Payload) {
-        let revision = match result {
-            Payload::Json(value) => value.get("protocolVersion").cloned(),
-            Payload::Written(text) => serde_json::from_str::<Value>(text)
-                .ok()
-                .and_then(|v| v.get("protocolVersion").cloned()),
+    /// What `initialize` (`message`, answered) settled: the revision the dispatcher settles
+    /// on for what the client asked, and the client's capabilities.
+    fn settle(&self, message: &Incoming) {
+        let Ok(request) = serde_json::from_value::<InitializeRequestParams>(message.params.clone())
+        else {
+            return;
         };
-        let capabilities: Option<ClientCapabilities> =
-            serde_json::from_value::<InitializeRequestParams>(message.params.clone())
-                .ok()
-                .map(|p| p.capabilities);
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        known.revision = revision.and_then(|v| v.as_str().map(str::to_owned));
-        known.capabilities = capabilities;
+        known.revision = Some(
+            dispatch::negotiated(&request.protocol_version)
+                .as_str()
+                .to_owned(),
+        );
+        known.capabilities = Some(request.capabilities);
     }
 }
 
