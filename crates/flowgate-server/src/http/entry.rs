@@ -223,6 +223,14 @@ fn listen(
         let _held = &held;
         Ok::<_, std::convert::Infallible>(format!("event: message\ndata: {message}\n\n"))
     });
+    event_stream(body)
+}
+
+/// An SSE answer of `body`'s events.
+fn event_stream<S>(body: S) -> Response
+where
+    S: futures::Stream<Item = Result<String, std::convert::Infallible>> + Send + 'static,
+{
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -390,12 +398,7 @@ fn stream(
             Ok::<_, std::convert::Infallible>(text)
         }))
         .take_until(async move { shutdown.cancelled().await });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    event_stream(body)
 }
 
 /// The JSON-RPC error `error` is.

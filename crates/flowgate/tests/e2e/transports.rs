@@ -60,16 +60,7 @@ impl Drop for StdioServer {
 
 /// The 2026-07-28 `_meta` of a client that declares the tasks extension (or not).
 fn meta(tasks: bool) -> Value {
-    let capabilities = if tasks {
-        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
-    } else {
-        json!({})
-    };
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "transports", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-    })
+    crate::support::meta("transports", tasks)
 }
 
 /// A 2026-07-28 request's body.
