@@ -29,8 +29,9 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities,
     CreateTaskResult, DiscoverRequestParams, DiscoverResult, GetTaskParams, GetTaskResult,
     InitializeRequestParams, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    RequestMetaObject, ServerResult, UpdateTaskParams,
+    ServerResult, UpdateTaskParams,
 };
+use serde::Deserialize as _;
 use serde_json::Value;
 use tracing::Instrument as _;
 
@@ -68,11 +69,11 @@ pub(crate) struct Request<'a> {
 /// The request's lifecycle, decided from the message and the session.
 enum Lifecycle {
     /// 2026-07-28: the request says everything.
-    PerRequest(Option<ClientCapabilities>),
+    PerRequest(Declared),
     /// A session's request (or a stateless one of an older revision) in `revision`.
     Session {
         revision: String,
-        capabilities: Option<ClientCapabilities>,
+        declared: Declared,
     },
 }
 
@@ -101,13 +102,12 @@ pub(crate) async fn dispatch(server: &FlowgateServer, request: Request<'_>) -> R
     let span = request.caller.span().clone();
     let answer = async {
         match lifecycle {
-            Lifecycle::PerRequest(capabilities) => {
-                per_request(server, &request, method, capabilities.as_ref()).await
+            Lifecycle::PerRequest(declared) => {
+                per_request(server, &request, method, declared).await
             }
-            Lifecycle::Session {
-                revision,
-                capabilities,
-            } => session(server, &request, method, &revision, capabilities.as_ref()).await,
+            Lifecycle::Session { revision, declared } => {
+                session(server, &request, method, &revision, declared).await
+            }
         }
     };
     // Every engine call of the request ends by the request's deadline (set here, once).
@@ -116,30 +116,40 @@ pub(crate) async fn dispatch(server: &FlowgateServer, request: Request<'_>) -> R
 
 /// The lifecycle of `message`, or the answer that refuses it.
 fn lifecycle(message: &Incoming, session: Option<&Session>) -> Result<Lifecycle, Answer> {
-    let meta: RequestMetaObject = message
-        .params
-        .get("_meta")
-        .and_then(|m| serde_json::from_value(m.clone()).ok())
-        .unwrap_or_default();
+    // `_meta` is read in place: this runs for every request, the polls above all.
+    let meta = message.params.get("_meta").and_then(Value::as_object);
+    let entry = |key: &str| meta.and_then(|m| m.get(key));
     let method = message.method();
-    let requested = meta.protocol_version();
+    let requested = entry(META_PROTOCOL_VERSION).and_then(Value::as_str);
     // A request whose `_meta` names its revision is in the per-request lifecycle, where
     // `initialize` no longer exists (-32601, HTTP 404).
     if requested.is_some() || method == "server/discover" {
-        if let Some(requested) = &requested
-            && !ProtocolVersion::KNOWN_VERSIONS.contains(requested)
+        if let Some(requested) = requested
+            && !ProtocolVersion::KNOWN_VERSIONS
+                .iter()
+                .any(|v| v.as_str() == requested)
         {
+            let requested: ProtocolVersion =
+                serde_json::from_value(Value::String(requested.to_owned()))
+                    .unwrap_or(ProtocolVersion::V_2026_07_28);
             return Err(Answer {
                 outcome: Err(ErrorData::unsupported_protocol_version(
-                    requested.clone(),
+                    requested,
                     ProtocolVersion::KNOWN_VERSIONS,
                 )),
                 malformed: false,
                 per_request: true,
             });
         }
-        let missing = meta.missing_required_keys(&ProtocolVersion::V_2026_07_28);
-        if !missing.is_empty() {
+        let declared = entry(META_CLIENT_CAPABILITIES).and_then(Declared::read);
+        let missing: Vec<&str> = [
+            (requested.is_none(), META_PROTOCOL_VERSION),
+            (declared.is_none(), META_CLIENT_CAPABILITIES),
+        ]
+        .into_iter()
+        .filter_map(|(missing, key)| missing.then_some(key))
+        .collect();
+        let Some(declared) = declared.filter(|_| missing.is_empty()) else {
             return Err(Answer {
                 outcome: Err(ErrorData::invalid_params(
                     format!(
@@ -151,8 +161,8 @@ fn lifecycle(message: &Incoming, session: Option<&Session>) -> Result<Lifecycle,
                 malformed: true,
                 per_request: true,
             });
-        }
-        return Ok(Lifecycle::PerRequest(meta.client_capabilities()));
+        };
+        return Ok(Lifecycle::PerRequest(declared));
     }
     let revision = message
         .revision
@@ -161,8 +171,52 @@ fn lifecycle(message: &Incoming, session: Option<&Session>) -> Result<Lifecycle,
         .unwrap_or_else(|| DEFAULT_REVISION.to_owned());
     Ok(Lifecycle::Session {
         revision,
-        capabilities: session.and_then(|s| s.capabilities.clone()),
+        declared: session
+            .and_then(|s| s.capabilities.as_ref())
+            .map(Declared::of)
+            .unwrap_or_default(),
     })
+}
+
+/// The `_meta` keys of a request's revision and its client's capabilities.
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// What the client declared that a method needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Declared {
+    /// The tasks extension.
+    tasks: bool,
+    /// Form elicitation.
+    elicitation: bool,
+}
+
+impl Declared {
+    fn of(capabilities: &ClientCapabilities) -> Declared {
+        Declared {
+            tasks: capabilities.supports_tasks(),
+            elicitation: capabilities.elicitation.is_some(),
+        }
+    }
+
+    /// The capabilities `value` declares, or `None` when it is no `ClientCapabilities`. The
+    /// shape clients send on every poll (`{"extensions": {...}}`, an object per extension) is
+    /// read in place; any other through rmcp's type.
+    fn read(value: &Value) -> Option<Declared> {
+        if let Some(fields) = value.as_object()
+            && fields.len() == 1
+            && let Some(Value::Object(extensions)) = fields.get("extensions")
+            && extensions.values().all(Value::is_object)
+        {
+            return Some(Declared {
+                tasks: extensions.contains_key(rmcp::model::TASKS_EXTENSION_ID),
+                elicitation: false,
+            });
+        }
+        ClientCapabilities::deserialize(value)
+            .ok()
+            .map(|c| Declared::of(&c))
+    }
 }
 
 /// The 2026-07-28 table.
@@ -170,11 +224,11 @@ async fn per_request(
     server: &FlowgateServer,
     request: &Request<'_>,
     method: &str,
-    capabilities: Option<&ClientCapabilities>,
+    declared: Declared,
 ) -> Reply {
     let caller = request.caller;
     let message = request.message;
-    let takes_tasks = capabilities.is_some_and(ClientCapabilities::supports_tasks);
+    let takes_tasks = declared.tasks;
     let outcome = match method {
         "server/discover" => decode_optional::<DiscoverRequestParams>(message).map(|_| {
             Out::typed(ServerResult::DiscoverResult(
@@ -186,7 +240,7 @@ async fn per_request(
         }),
         "tools/list" => tools_list(server, caller, message).map(Out::typed),
         "tools/call" => {
-            let can_elicit = capabilities.is_some_and(|c| c.elicitation.is_some());
+            let can_elicit = declared.elicitation;
             match call(server, caller, message, takes_tasks, can_elicit).await {
                 Ok(Called::Forbidden(scopes)) => return Reply::Forbidden(scopes),
                 Ok(Called::Task(view)) => Ok(CallToolResponse::Task(CreateTaskResult::new(
@@ -240,7 +294,7 @@ async fn session(
     request: &Request<'_>,
     method: &str,
     revision: &str,
-    capabilities: Option<&ClientCapabilities>,
+    declared: Declared,
 ) -> Reply {
     let caller = request.caller;
     let message = request.message;
@@ -274,8 +328,7 @@ async fn session(
         // The tasks extension is the 2026-07-28 revision's; a session declares it at
         // `initialize` (never, before 2026-07-28).
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
-            let declared = capabilities.is_some_and(ClientCapabilities::supports_tasks);
-            match tasks_capability(server, declared, method) {
+            match tasks_capability(server, declared.tasks, method) {
                 Ok(()) => tasks(server, caller, message, method).await,
                 Err(e) => Err(e),
             }
@@ -380,8 +433,14 @@ async fn tasks(
 ) -> Result<Out, ErrorData> {
     match method {
         "tasks/get" => {
-            let request: GetTaskParams = params::decode(method, non_null(message))?;
-            let view = server.task_get(caller, &request.task_id).await?;
+            // The most frequent request: its one param read in place.
+            let task_id = match message.params.get("taskId").and_then(Value::as_str) {
+                Some(id) => std::borrow::Cow::Borrowed(id),
+                None => params::decode::<GetTaskParams>(method, non_null(message))?
+                    .task_id
+                    .into(),
+            };
+            let view = server.task_get(caller, &task_id).await?;
             // The most frequent request: written in place from the view when it can be.
             if let Some(text) = crate::shapes::written(&view) {
                 return Ok(Out::Written(text));
