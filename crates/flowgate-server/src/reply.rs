@@ -77,7 +77,11 @@ impl Reply {
 /// The JSON-RPC answer to request `id` (`None`: the request's id could not be read), as
 /// bytes: `{"jsonrpc":"2.0","id":…,"result":…}` or `…"error":{"code","message","data"}`.
 pub(crate) fn bytes(id: Option<&Value>, outcome: &Result<Payload, ErrorData>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
+    let written = match outcome {
+        Ok(Payload::Written(text)) => text.len(),
+        _ => 0,
+    };
+    let mut out = Vec::with_capacity(64 + written);
     out.extend_from_slice(br#"{"jsonrpc":"2.0""#);
     if let Some(id) = id {
         out.extend_from_slice(br#","id":"#);

@@ -477,6 +477,13 @@ fn end(observed: Option<flowgate_telemetry::Request>, ended: Ended) {
 
 /// Whether `Accept` names JSON and SSE (a media range weighted 0 is refused).
 fn accepted(headers: &HeaderMap) -> (bool, bool) {
+    // What clients send, judged at once.
+    let mut values = headers.get_all(header::ACCEPT).iter();
+    if let (Some(value), None) = (values.next(), values.next())
+        && value.as_bytes() == b"application/json, text/event-stream"
+    {
+        return (true, true);
+    }
     let (mut json, mut sse) = (false, false);
     for value in headers.get_all(header::ACCEPT) {
         let Ok(value) = value.to_str() else {
