@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use flowgate_core::handle::{Keyring, ToolTag};
-use rmcp::model::{Implementation, ServerCapabilities, ServerConfig, Tool};
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
 
 use crate::holds::Holds;
 use crate::{Caller, ToolEntry, ToolSet};
@@ -181,10 +181,5 @@ impl FlowgateServer {
     /// The entry of the tool called `name`, being served now.
     pub(crate) fn tool_entry(&self, name: &str) -> Option<Arc<ToolEntry>> {
         self.tools().get(name).cloned()
-    }
-
-    /// The MCP description of the tool called `name`.
-    pub(crate) fn tool(&self, name: &str) -> Option<Tool> {
-        self.tool_entry(name).map(|t| t.tool.clone())
     }
 }

@@ -139,7 +139,9 @@ pub(crate) async fn serve(State(entry): State<Arc<Entry>>, request: Request) -> 
     let caller = with_span(caller, observed.as_ref());
     let server = &entry.server;
     let checked = headers::check(&parts.headers, &message, |tool| {
-        server.tool(tool).map(|t| (*t.input_schema).clone())
+        server
+            .tool_entry(tool)
+            .map(|t| std::sync::Arc::clone(&t.tool.input_schema))
     });
     if let Err(refusal) = checked {
         let (response, ended) = match refusal {

@@ -44,7 +44,7 @@ pub(crate) enum Refusal {
 pub(crate) fn check(
     headers: &HeaderMap,
     message: &Incoming,
-    schema: impl Fn(&str) -> Option<JsonObject>,
+    schema: impl Fn(&str) -> Option<std::sync::Arc<JsonObject>>,
 ) -> Result<(), Refusal> {
     let header_version = match headers.get(names::MCP_PROTOCOL_VERSION) {
         None => None,
@@ -115,7 +115,7 @@ fn mismatch(why: String) -> ErrorData {
 fn standard(
     headers: &HeaderMap,
     message: &Incoming,
-    schema: impl Fn(&str) -> Option<JsonObject>,
+    schema: impl Fn(&str) -> Option<std::sync::Arc<JsonObject>>,
 ) -> Result<(), String> {
     let Some(method) = message.method.as_deref() else {
         return Ok(());
@@ -309,7 +309,8 @@ mod tests {
             }
         }))
         .expect("schema");
-        let find = |_: &str| Some(schema.clone());
+        let schema = std::sync::Arc::new(schema);
+        let find = |_: &str| Some(std::sync::Arc::clone(&schema));
         let call = modern(
             "tools/call",
             json!({"name": "deploy", "arguments": {"region": "eu west", "opts": {"dry": true}}}),
