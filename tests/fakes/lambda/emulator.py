@@ -71,7 +71,9 @@ Shortcuts (what it does not do as Lambda does):
   the runtime asks `/next` with no invocation waiting, until its next one): without it a
   process's background threads keep running. Freezing stops the runtime's process group
   (SIGSTOP, SIGCONT), not a cgroup: a process that started a session of its own keeps running.
-  Idle sandboxes are not reclaimed except by `POST /_emulator/reset`.
+  Idle sandboxes are not reclaimed except by `POST /_emulator/reset`. When the emulator
+  stops, each sandbox is shut down: its processes (also those in sessions of their own that
+  name its /tmp folder or work in it) are killed and the folder removed.
 - Init: no 10 s retry inside the invoke's timeout (an init over 10 s fails the invocation),
   no SnapStart, no extensions API, no Telemetry/Logs API; logs go to this process's stderr.
 - The Function URL checks SigV4 in the Authorization header only (no presigned query strings),
@@ -99,6 +101,7 @@ import json
 import os
 import queue
 import secrets
+import shutil
 import signal
 import socketserver
 import subprocess
@@ -281,6 +284,28 @@ class Sandbox:
         # Whatever the runtime was blocked on is gone with it: its /next waits on a queue no
         # invocation will reach.
         self.pending = queue.Queue()
+
+    def destroy(self) -> None:
+        """Ends the environment, as Lambda does when it shuts one down: the runtime, every
+        process still at work in its /tmp (one that started a session of its own escapes
+        `kill`'s process group: found by its command line or working directory naming the
+        folder), and the folder itself."""
+        self.kill("shut down")
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read()
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                continue
+            if self.tmp.encode() in cmdline or cwd == self.tmp or cwd.startswith(self.tmp + "/"):
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- invoking ------------------------------------------------------------------------------
 
@@ -536,6 +561,12 @@ class LambdaService:
             sandboxes = list(self.sandboxes)
         for s in sandboxes:
             s.kill("reset")
+
+    def shut_down(self) -> None:
+        with self.lock:
+            sandboxes = list(self.sandboxes)
+        for s in sandboxes:
+            s.destroy()
 
     def _acquire(self) -> Sandbox | None:
         with self.lock:
@@ -1046,7 +1077,7 @@ def main() -> None:
         threading.Thread(target=s.serve_forever, daemon=True).start()
 
     def stop(*_: object) -> None:
-        service.reset()
+        service.shut_down()
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)

@@ -6,6 +6,7 @@ Events from the Function URL carry the instruction in their body."""
 import http.client
 import json
 import os
+import subprocess
 import threading
 import time
 
@@ -72,6 +73,12 @@ while True:
         answer = {"ticks": ticks["n"]}
     elif do == "echo":
         answer = {"headers": headers, "env": dict(os.environ), "event": wrapper}
+    elif do == "detach":
+        # A process in a session of its own, working in the sandbox's /tmp (as flowgate's local
+        # engine starts a run's supervisor): the runtime's process group does not hold it.
+        child = subprocess.Popen(["sleep", "300"], cwd=os.environ["TMPDIR"], start_new_session=True,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        answer = {"pid": child.pid, "tmp": os.environ["TMPDIR"]}
     elif do == "remember":
         memory["value"] = event["value"]
         answer = {}

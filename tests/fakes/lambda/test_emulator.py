@@ -2,7 +2,8 @@
 in place of flowgate: the invocation headers, the deadline and the sandbox reset after it, one
 invocation at a time per sandbox, the 6 MB buffered limit (413 to the runtime, 502 to the URL's
 caller), the streaming protocol (prelude, 8 NUL bytes, chunks), SigV4 at the Function URL, the
-Invoke API's error objects, and sandboxes frozen between invocations (--freeze).
+Invoke API's error objects, sandboxes frozen between invocations (--freeze), and nothing of a
+sandbox left when the emulator stops.
 
     python3 -m unittest tests/fakes/lambda/test_emulator.py     (scripts/test runs it)
 
@@ -169,6 +170,32 @@ class TimeoutResetsTheSandbox(unittest.TestCase):
             self.assertEqual(emu.state()["inits"], before["inits"] + 1)
         finally:
             emu.close()
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class StoppingShutsTheSandboxesDown(unittest.TestCase):
+    def test_no_process_or_folder_of_a_sandbox_outlives_the_emulator(self) -> None:
+        emu = Emulator()
+        try:
+            _, _, body = emu.invoke({"do": "detach"})
+            detached = json.loads(body)
+            self.assertTrue(running(detached["pid"]), "the detached process runs")
+            self.assertTrue(os.path.isdir(detached["tmp"]))
+        finally:
+            emu.close()
+        deadline = time.time() + 5
+        while running(detached["pid"]) and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(running(detached["pid"]), "a process in a session of its own was left running")
+        self.assertFalse(os.path.exists(detached["tmp"]), "the sandbox's /tmp was left behind")
 
 
 class StreamingMode(unittest.TestCase):
