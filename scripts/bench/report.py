@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The summary scripts/bench/run prints from its results file: one line per measurement,
-`NAME [round=N] key=value ...` (names: idle, floor, flowgate, fastmcp, before-floor and before with BEFORE_BIN, peak,
+`NAME [round=N] key=value ...` (names: idle, floor, flowgate, fastmcp, after-floor, after, before-floor and before with BEFORE_BIN, peak,
 many, starts).
 
     scripts/bench/report.py RESULTS
 """
 
+import os
 import statistics
 import sys
 
@@ -52,12 +53,22 @@ def main():
     print(f"\nflowgate / floor:   {spread([100 * x for x in to_floor], '{:.0f}')} %")
     print(f"flowgate / fastmcp: x{spread(to_peer, '{:.1f}')}")
     if "before" in by:
-        # BEFORE_BIN: an earlier build measured in the same rounds, against its own floor.
-        before = [b["rps"] / fl["rps"] for b, fl in zip(by["before"], by["before-floor"])]
-        print(f"before / its floor: {spread([100 * x for x in before], '{:.0f}')} %"
-              f" ({spread([b['rps'] for b in by['before']])} tasks/get per s)")
-        change = [100 * (a / b - 1) for a, b in zip(to_floor, before)]
+        # BEFORE_BIN: this build and an earlier one, each started afresh in every round and
+        # measured against its own floor.
+        hz = os.sysconf("SC_CLK_TCK")
+        def ratios(name):
+            return [b["rps"] / fl["rps"] for b, fl in zip(by[name], by[name + "-floor"])]
+        def cpu(name):
+            return [r["cpu_ticks"] / hz * 1e6 / max(r["requests"], 1) for r in by[name]]
+        after, before = ratios("after"), ratios("before")
+        for name, label in (("after", "this build"), ("before", "before")):
+            print(f"{label + ' / its floor:':24}{spread([100 * x for x in ratios(name)], '{:.0f}')} %"
+                  f" ({spread([r['rps'] for r in by[name]])} tasks/get per s;"
+                  f" server CPU per poll {spread(cpu(name), '{:.1f}')} us)")
+        change = [100 * (a / b - 1) for a, b in zip(after, before)]
         print(f"this build's ratio to the floor against the earlier build's: {spread(change, '{:+.1f}')} % by round")
+        change = [100 * (a / b - 1) for a, b in zip(cpu("after"), cpu("before"))]
+        print(f"this build's CPU per poll against the earlier build's: {spread(change, '{:+.1f}')} % by round")
     idle, peak = one("idle"), one("peak")
     print(f"RSS flowgate: idle {idle['flowgate_rss_kb'] / 1024:.1f} MB, peak {peak['flowgate_rss_kb'] / 1024:.1f} MB;"
           f" fastmcp: idle {idle['fastmcp_rss_kb'] / 1024:.1f} MB, peak {peak['fastmcp_rss_kb'] / 1024:.1f} MB")
