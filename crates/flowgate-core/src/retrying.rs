@@ -59,8 +59,10 @@ tokio::task_local! {
 
 /// Runs `work` (a request's operation) so that every engine call in it through [`Retrying`]
 /// ends by `by` (`None`: by its own deadline only). Replaces any deadline set around it.
-pub async fn answer_by<F: Future>(by: Option<Instant>, work: F) -> F::Output {
-    ANSWER_BY.scope(by, work).await
+/// (A plain function returning the scope's future: an `async fn` would hold `work` twice, as
+/// its argument and inside the scope, and every request's future is wrapped in this one.)
+pub fn answer_by<F: Future>(by: Option<Instant>, work: F) -> impl Future<Output = F::Output> {
+    ANSWER_BY.scope(by, work)
 }
 
 /// When the engine calls of the current request must end, if it set a deadline.

@@ -126,8 +126,12 @@ impl Caller {
     /// request must answer (its deadline less the margin to answer): the engines' decorator
     /// (`flowgate_core::retrying`) reads it, and a call it cuts short is a `Timeout`. Each
     /// transport runs each request's operation in this, once.
-    pub async fn bounded<F: std::future::Future>(&self, work: F) -> F::Output {
-        flowgate_core::retrying::answer_by(self.answer_by(), work).await
+    /// (A plain function, not an `async fn`, which would hold `work` twice.)
+    pub fn bounded<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> impl std::future::Future<Output = F::Output> + use<F> {
+        flowgate_core::retrying::answer_by(self.answer_by(), work)
     }
 
     /// Completes when the caller has gone away (never, on a transport that cannot tell).

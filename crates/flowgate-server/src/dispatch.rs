@@ -105,8 +105,10 @@ pub(crate) async fn dispatch(server: &FlowgateServer, request: Request<'_>) -> R
             Lifecycle::PerRequest(declared) => {
                 per_request(server, &request, method, declared).await
             }
+            // Boxed, as `tools/call` is below: a future is as large as the largest one it
+            // awaits, and a poll's must not carry room for a session's or a call's.
             Lifecycle::Session { revision, declared } => {
-                session(server, &request, method, &revision, declared).await
+                Box::pin(session(server, &request, method, &revision, declared)).await
             }
         }
     };
@@ -241,7 +243,7 @@ async fn per_request(
         "tools/list" => tools_list(server, caller, message).map(Out::typed),
         "tools/call" => {
             let can_elicit = declared.elicitation;
-            match call(server, caller, message, takes_tasks, can_elicit).await {
+            match Box::pin(call(server, caller, message, takes_tasks, can_elicit)).await {
                 Ok(Called::Forbidden(scopes)) => return Reply::Forbidden(scopes),
                 Ok(Called::Task(view)) => Ok(CallToolResponse::Task(CreateTaskResult::new(
                     crate::shapes::task(&view),
