@@ -73,7 +73,8 @@ Shortcuts (what it does not do as Lambda does):
   (SIGSTOP, SIGCONT), not a cgroup: a process that started a session of its own keeps running.
   Idle sandboxes are not reclaimed except by `POST /_emulator/reset`. When the emulator
   stops, each sandbox is shut down: its processes (also those in sessions of their own that
-  name its /tmp folder or work in it) are killed and the folder removed.
+  name its /tmp folder in their command line or environment, or work in it) are killed and
+  the folder removed.
 - Init: no 10 s retry inside the invoke's timeout (an init over 10 s fails the invocation),
   no SnapStart, no extensions API, no Telemetry/Logs API; logs go to this process's stderr.
 - The Function URL checks SigV4 in the Authorization header only (no presigned query strings),
@@ -288,19 +289,22 @@ class Sandbox:
     def destroy(self) -> None:
         """Ends the environment, as Lambda does when it shuts one down: the runtime, every
         process still at work in its /tmp (one that started a session of its own escapes
-        `kill`'s process group: found by its command line or working directory naming the
-        folder), and the folder itself."""
+        `kill`'s process group: found by its command line, environment or working directory
+        naming the folder), and the folder itself."""
         self.kill("shut down")
+        folder = self.tmp.encode()
         for pid in os.listdir("/proc"):
             if not pid.isdigit() or int(pid) == os.getpid():
                 continue
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     cmdline = f.read()
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = f.read()
                 cwd = os.readlink(f"/proc/{pid}/cwd")
             except OSError:
                 continue
-            if self.tmp.encode() in cmdline or cwd == self.tmp or cwd.startswith(self.tmp + "/"):
+            if folder in cmdline or folder in environ or cwd == self.tmp or cwd.startswith(self.tmp + "/"):
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                 except ProcessLookupError:

@@ -76,9 +76,13 @@ while True:
     elif do == "detach":
         # A process in a session of its own, working in the sandbox's /tmp (as flowgate's local
         # engine starts a run's supervisor): the runtime's process group does not hold it.
-        child = subprocess.Popen(["sleep", "300"], cwd=os.environ["TMPDIR"], start_new_session=True,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        answer = {"pid": child.pid, "tmp": os.environ["TMPDIR"]}
+        # One works in the folder; the other only names it in its environment, as a run's
+        # command names its run folder.
+        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        inside = subprocess.Popen(["sleep", "300"], cwd=os.environ["TMPDIR"], start_new_session=True, **quiet)
+        named = subprocess.Popen(["sleep", "301"], cwd="/", start_new_session=True, **quiet,
+                                 env={"RUN_DIR": os.path.join(os.environ["TMPDIR"], "runs", "1")})
+        answer = {"pids": [inside.pid, named.pid], "tmp": os.environ["TMPDIR"]}
     elif do == "remember":
         memory["value"] = event["value"]
         answer = {}

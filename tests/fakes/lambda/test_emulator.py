@@ -187,14 +187,15 @@ class StoppingShutsTheSandboxesDown(unittest.TestCase):
         try:
             _, _, body = emu.invoke({"do": "detach"})
             detached = json.loads(body)
-            self.assertTrue(running(detached["pid"]), "the detached process runs")
+            self.assertTrue(all(running(pid) for pid in detached["pids"]), "the detached processes run")
             self.assertTrue(os.path.isdir(detached["tmp"]))
         finally:
             emu.close()
         deadline = time.time() + 5
-        while running(detached["pid"]) and time.time() < deadline:
+        while any(running(pid) for pid in detached["pids"]) and time.time() < deadline:
             time.sleep(0.05)
-        self.assertFalse(running(detached["pid"]), "a process in a session of its own was left running")
+        for pid in detached["pids"]:
+            self.assertFalse(running(pid), f"a process in a session of its own was left running ({pid})")
         self.assertFalse(os.path.exists(detached["tmp"]), "the sandbox's /tmp was left behind")
 
 
