@@ -356,6 +356,81 @@ impl AirflowEngine {
             (state, _) => state,
         }
     }
+
+    /// One poll of the DAG run `id`: its state, its tasks' progress, and at its end the outcome.
+    async fn read(&self, id: &str) -> Result<ExecutionRecord, EngineError> {
+        let run = self.api.run(id).await?;
+        let mut state = mapping::state(&run.state);
+        let created_at = run.created_at();
+        let mut record = ExecutionRecord::new(state, run.state.clone(), created_at);
+        record.updated_at = run
+            .end_date
+            .or(run.start_date)
+            .unwrap_or(created_at)
+            .max(created_at);
+        record.console_url = Some(format!(
+            "{}/dags/{}/runs/{id}",
+            self.target.base_url, self.target.dag_id
+        ));
+        match state {
+            TaskState::Submitted => {
+                let paused = self.api.dag().await?.is_paused;
+                record.status_message = paused.then(|| {
+                    format!(
+                        "the DAG {} is paused in Airflow: the run waits until someone unpauses it",
+                        self.target.dag_id
+                    )
+                });
+            }
+            TaskState::Working => {
+                let tasks = self.api.tasks(id).await?;
+                record.status_message = Self::status_message(&tasks);
+                if tasks.iter().any(|t| WAITING.contains(&t.state())) {
+                    let (details, _) = self.api.hitl(id).await?;
+                    record.input_requests = Self::waiting(&details)
+                        .map(|d| InputRequest {
+                            key: mapping::question_key(d),
+                            message: mapping::message(d),
+                            requested_schema: mapping::form(d, &self.target.decline_option),
+                        })
+                        .collect();
+                    if !record.input_requests.is_empty() {
+                        state = TaskState::InputRequired;
+                    }
+                }
+            }
+            TaskState::Completed => {
+                let tasks = self.api.tasks(id).await?;
+                match self.output(id, &tasks).await? {
+                    Ok(output) => record.output = Some(output),
+                    Err(failure) => {
+                        state = TaskState::Failed;
+                        record.failure = Some(failure);
+                    }
+                }
+            }
+            TaskState::Failed => match run.note.as_deref() {
+                Some(mapping::CANCELLED_NOTE) => state = TaskState::Cancelled,
+                Some(note) if note.starts_with(mapping::DECLINED_NOTE) => {
+                    let step = &note[mapping::DECLINED_NOTE.len()..];
+                    record.failure = Some(EngineFailure {
+                        error: format!("the question of {step} was declined"),
+                        cause: Some(
+                            "declined through flowgate; the run was marked failed for it".into(),
+                        ),
+                    });
+                }
+                _ => {
+                    let tasks = self.api.tasks(id).await?;
+                    record.failure = Some(self.failure(&run, &tasks).await?);
+                }
+            },
+            _ => {}
+        }
+        record.state = state;
+        self.finished.keep(id.to_owned(), &record);
+        Ok(record)
+    }
 }
 
 #[async_trait]
@@ -438,78 +513,8 @@ impl Engine for AirflowEngine {
         if let Some(record) = self.finished.get(id) {
             return Ok(record);
         }
-        self.api.http.rate_limits().note_poll(id);
-        let run = self.api.run(id).await?;
-        let mut state = mapping::state(&run.state);
-        let created_at = run.created_at();
-        let mut record = ExecutionRecord::new(state, run.state.clone(), created_at);
-        record.updated_at = run
-            .end_date
-            .or(run.start_date)
-            .unwrap_or(created_at)
-            .max(created_at);
-        record.console_url = Some(format!(
-            "{}/dags/{}/runs/{id}",
-            self.target.base_url, self.target.dag_id
-        ));
-        match state {
-            TaskState::Submitted => {
-                let paused = self.api.dag().await?.is_paused;
-                record.status_message = paused.then(|| {
-                    format!(
-                        "the DAG {} is paused in Airflow: the run waits until someone unpauses it",
-                        self.target.dag_id
-                    )
-                });
-            }
-            TaskState::Working => {
-                let tasks = self.api.tasks(id).await?;
-                record.status_message = Self::status_message(&tasks);
-                if tasks.iter().any(|t| WAITING.contains(&t.state())) {
-                    let (details, _) = self.api.hitl(id).await?;
-                    record.input_requests = Self::waiting(&details)
-                        .map(|d| InputRequest {
-                            key: mapping::question_key(d),
-                            message: mapping::message(d),
-                            requested_schema: mapping::form(d, &self.target.decline_option),
-                        })
-                        .collect();
-                    if !record.input_requests.is_empty() {
-                        state = TaskState::InputRequired;
-                    }
-                }
-            }
-            TaskState::Completed => {
-                let tasks = self.api.tasks(id).await?;
-                match self.output(id, &tasks).await? {
-                    Ok(output) => record.output = Some(output),
-                    Err(failure) => {
-                        state = TaskState::Failed;
-                        record.failure = Some(failure);
-                    }
-                }
-            }
-            TaskState::Failed => match run.note.as_deref() {
-                Some(mapping::CANCELLED_NOTE) => state = TaskState::Cancelled,
-                Some(note) if note.starts_with(mapping::DECLINED_NOTE) => {
-                    let step = &note[mapping::DECLINED_NOTE.len()..];
-                    record.failure = Some(EngineFailure {
-                        error: format!("the question of {step} was declined"),
-                        cause: Some(
-                            "declined through flowgate; the run was marked failed for it".into(),
-                        ),
-                    });
-                }
-                _ => {
-                    let tasks = self.api.tasks(id).await?;
-                    record.failure = Some(self.failure(&run, &tasks).await?);
-                }
-            },
-            _ => {}
-        }
-        record.state = state;
-        self.finished.keep(id.to_owned(), &record);
-        Ok(record)
+        let limits = self.api.http.rate_limits();
+        limits.polling(id, self.read(id)).await
     }
 
     async fn respond(

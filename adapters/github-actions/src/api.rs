@@ -241,7 +241,7 @@ impl Api {
             _ => Credentials::Token(target.token.clone().unwrap_or_else(|| Secret::new(""))),
         };
         Ok(Api {
-            http: HttpClient::new(KIND, &HttpConfig::default())?,
+            http: HttpClient::new(KIND, &HttpConfig::default())?.with_free_revalidation(),
             target,
             credentials: Arc::new(credentials),
         })

@@ -166,6 +166,71 @@ impl GitHubActionsEngine {
         record.console_url = run.html_url.clone();
         record
     }
+
+    /// One poll of the run `id`: the run, its gates and jobs, and at its end the outcome.
+    async fn read(&self, id: u64) -> Result<ExecutionRecord, EngineError> {
+        let run = self.api.run(id).await?;
+        let held = if run.status.as_deref() == Some("waiting") {
+            gates::gates(&self.api, &run).await.map_err(part_of_run)?
+        } else {
+            Vec::new()
+        };
+        let questions = if held.iter().any(|g| g.needs_decision) {
+            let approvals = self.api.approvals(id).await.map_err(part_of_run)?;
+            gates::questions(&run, &held, &approvals)
+        } else {
+            Vec::new()
+        };
+        let state = mapping::state(&run, !questions.is_empty(), self.target.on_failure);
+        let mut record = self.record(&run, state);
+        if state == TaskState::Submitted {
+            record.status_message = Some("queued: waiting for a runner".into());
+            return Ok(record);
+        }
+        let jobs = self.api.jobs(id).await.map_err(part_of_run)?;
+        match state {
+            TaskState::Working | TaskState::InputRequired => {
+                let parts: Vec<String> = [mapping::progress(&jobs), gates::timers(&held)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                record.status_message = (!parts.is_empty()).then(|| parts.join("; "));
+                record.input_requests = questions;
+            }
+            TaskState::Completed if mapping::concluded_in_failure(&run) => {
+                // on_failure: completed, with the conclusion and the failure in the output.
+                let f = outcome::failure(&self.api, &self.target, &run, &jobs)
+                    .await
+                    .map_err(part_of_run)?;
+                record.output = Some(json!({
+                    "conclusion": run.conclusion, "error": f.error, "log_tail": f.cause,
+                    "jobs": outcome::job_conclusions(&jobs),
+                }));
+            }
+            TaskState::Completed => {
+                match outcome::output(&self.api, &self.target, &run, &jobs)
+                    .await
+                    .map_err(part_of_run)?
+                {
+                    Ok(output) => record.output = Some(output),
+                    Err(failure) => {
+                        record.state = TaskState::Failed;
+                        record.status_message = Some(failure.error.clone());
+                        record.failure = Some(failure);
+                    }
+                }
+            }
+            TaskState::Failed => {
+                let f = outcome::failure(&self.api, &self.target, &run, &jobs)
+                    .await
+                    .map_err(part_of_run)?;
+                record.status_message = Some(f.error.clone());
+                record.failure = Some(f);
+            }
+            TaskState::Cancelled | TaskState::Unknown | TaskState::Submitted => {}
+        }
+        Ok(record)
+    }
 }
 
 #[async_trait]
@@ -273,68 +338,8 @@ impl Engine for GitHubActionsEngine {
 
     async fn get(&self, execution: &ExecutionRef) -> Result<ExecutionRecord, EngineError> {
         let id = run_id(execution)?;
-        self.api.http.rate_limits().note_poll(&execution.0);
-        let run = self.api.run(id).await?;
-        let held = if run.status.as_deref() == Some("waiting") {
-            gates::gates(&self.api, &run).await.map_err(part_of_run)?
-        } else {
-            Vec::new()
-        };
-        let questions = if held.iter().any(|g| g.needs_decision) {
-            let approvals = self.api.approvals(id).await.map_err(part_of_run)?;
-            gates::questions(&run, &held, &approvals)
-        } else {
-            Vec::new()
-        };
-        let state = mapping::state(&run, !questions.is_empty(), self.target.on_failure);
-        let mut record = self.record(&run, state);
-        if state == TaskState::Submitted {
-            record.status_message = Some("queued: waiting for a runner".into());
-            return Ok(record);
-        }
-        let jobs = self.api.jobs(id).await.map_err(part_of_run)?;
-        match state {
-            TaskState::Working | TaskState::InputRequired => {
-                let parts: Vec<String> = [mapping::progress(&jobs), gates::timers(&held)]
-                    .into_iter()
-                    .flatten()
-                    .collect();
-                record.status_message = (!parts.is_empty()).then(|| parts.join("; "));
-                record.input_requests = questions;
-            }
-            TaskState::Completed if mapping::concluded_in_failure(&run) => {
-                // on_failure: completed, with the conclusion and the failure in the output.
-                let f = outcome::failure(&self.api, &self.target, &run, &jobs)
-                    .await
-                    .map_err(part_of_run)?;
-                record.output = Some(json!({
-                    "conclusion": run.conclusion, "error": f.error, "log_tail": f.cause,
-                    "jobs": outcome::job_conclusions(&jobs),
-                }));
-            }
-            TaskState::Completed => {
-                match outcome::output(&self.api, &self.target, &run, &jobs)
-                    .await
-                    .map_err(part_of_run)?
-                {
-                    Ok(output) => record.output = Some(output),
-                    Err(failure) => {
-                        record.state = TaskState::Failed;
-                        record.status_message = Some(failure.error.clone());
-                        record.failure = Some(failure);
-                    }
-                }
-            }
-            TaskState::Failed => {
-                let f = outcome::failure(&self.api, &self.target, &run, &jobs)
-                    .await
-                    .map_err(part_of_run)?;
-                record.status_message = Some(f.error.clone());
-                record.failure = Some(f);
-            }
-            TaskState::Cancelled | TaskState::Unknown | TaskState::Submitted => {}
-        }
-        Ok(record)
+        let limits = self.api.http.rate_limits();
+        limits.polling(&execution.0, self.read(id)).await
     }
 
     async fn respond(

@@ -438,6 +438,75 @@ impl GitLabEngine {
         }
         Ok(play)
     }
+
+    /// One poll of the pipeline `id`: its status and jobs, and at its end the outcome.
+    async fn read(&self, id: u64) -> Result<ExecutionRecord, EngineError> {
+        let pipeline = self.api.pipeline(id).await?;
+        let jobs = self.api.jobs(id).await?;
+        let mut state = mapping::state(&pipeline.status);
+        // GitLab's composite status goes back to `pending`, `preparing`,
+        // `waiting_for_resource` or `scheduled` between jobs; once a job has run the
+        // pipeline is working, never submitted again (the job list, read after the pipeline,
+        // may be the first to show it).
+        let started = pipeline.started_at.is_some()
+            || jobs.iter().any(|j| {
+                matches!(
+                    j.status.as_str(),
+                    "running" | "success" | "failed" | "canceling" | "canceled"
+                )
+            });
+        if state == TaskState::Submitted && started {
+            state = TaskState::Working;
+        }
+        let mut record = ExecutionRecord::new(state, pipeline.status.clone(), pipeline.created_at);
+        record.updated_at = pipeline
+            .updated_at
+            .unwrap_or(pipeline.created_at)
+            .max(pipeline.created_at);
+        record.console_url = pipeline.web_url.clone();
+        record.status_message = Self::status_message(&pipeline, &jobs);
+        let declined = pipeline
+            .name
+            .as_deref()
+            .and_then(naming::parse)
+            .and_then(|m| m.declined);
+        match state {
+            TaskState::Working => {
+                record.input_requests = self
+                    .questions(&jobs)
+                    .into_iter()
+                    .map(|(job, q)| InputRequest {
+                        key: format!("job-{}", job.id),
+                        message: q.message.clone(),
+                        requested_schema: q.requested_schema.clone(),
+                    })
+                    .collect();
+                if !record.input_requests.is_empty() && pipeline.status != "canceling" {
+                    state = TaskState::InputRequired;
+                } else {
+                    record.input_requests.clear();
+                }
+            }
+            TaskState::Completed => match self.output(&pipeline, &jobs).await? {
+                Ok(output) => record.output = Some(output),
+                Err(failure) => {
+                    state = TaskState::Failed;
+                    record.failure = Some(failure);
+                }
+            },
+            TaskState::Failed => record.failure = Some(self.failure(&pipeline, &jobs).await?),
+            TaskState::Cancelled => {
+                if let Some((job, who)) = declined {
+                    state = TaskState::Failed;
+                    record.failure = Some(Self::declined(job, who));
+                }
+            }
+            _ => {}
+        }
+        record.state = state;
+        self.finished.keep(id, &record);
+        Ok(record)
+    }
 }
 
 #[async_trait]
@@ -522,72 +591,8 @@ impl Engine for GitLabEngine {
         if let Some(record) = self.finished.get(&id) {
             return Ok(record);
         }
-        self.api.http.rate_limits().note_poll(&execution.0);
-        let pipeline = self.api.pipeline(id).await?;
-        let jobs = self.api.jobs(id).await?;
-        let mut state = mapping::state(&pipeline.status);
-        // GitLab's composite status goes back to `pending`, `preparing`,
-        // `waiting_for_resource` or `scheduled` between jobs; once a job has run the
-        // pipeline is working, never submitted again (the job list, read after the pipeline,
-        // may be the first to show it).
-        let started = pipeline.started_at.is_some()
-            || jobs.iter().any(|j| {
-                matches!(
-                    j.status.as_str(),
-                    "running" | "success" | "failed" | "canceling" | "canceled"
-                )
-            });
-        if state == TaskState::Submitted && started {
-            state = TaskState::Working;
-        }
-        let mut record = ExecutionRecord::new(state, pipeline.status.clone(), pipeline.created_at);
-        record.updated_at = pipeline
-            .updated_at
-            .unwrap_or(pipeline.created_at)
-            .max(pipeline.created_at);
-        record.console_url = pipeline.web_url.clone();
-        record.status_message = Self::status_message(&pipeline, &jobs);
-        let declined = pipeline
-            .name
-            .as_deref()
-            .and_then(naming::parse)
-            .and_then(|m| m.declined);
-        match state {
-            TaskState::Working => {
-                record.input_requests = self
-                    .questions(&jobs)
-                    .into_iter()
-                    .map(|(job, q)| InputRequest {
-                        key: format!("job-{}", job.id),
-                        message: q.message.clone(),
-                        requested_schema: q.requested_schema.clone(),
-                    })
-                    .collect();
-                if !record.input_requests.is_empty() && pipeline.status != "canceling" {
-                    state = TaskState::InputRequired;
-                } else {
-                    record.input_requests.clear();
-                }
-            }
-            TaskState::Completed => match self.output(&pipeline, &jobs).await? {
-                Ok(output) => record.output = Some(output),
-                Err(failure) => {
-                    state = TaskState::Failed;
-                    record.failure = Some(failure);
-                }
-            },
-            TaskState::Failed => record.failure = Some(self.failure(&pipeline, &jobs).await?),
-            TaskState::Cancelled => {
-                if let Some((job, who)) = declined {
-                    state = TaskState::Failed;
-                    record.failure = Some(Self::declined(job, who));
-                }
-            }
-            _ => {}
-        }
-        record.state = state;
-        self.finished.keep(id, &record);
-        Ok(record)
+        let limits = self.api.http.rate_limits();
+        limits.polling(&execution.0, self.read(id)).await
     }
 
     async fn respond(

@@ -95,6 +95,14 @@ impl HttpClient {
         })
     }
 
+    /// This client, for an engine where a conditional request answered 304 Not Modified
+    /// spends no quota (GitHub), so that a poll of an unchanged execution counts as free.
+    #[must_use]
+    pub fn with_free_revalidation(mut self) -> Self {
+        self.limits = Arc::new(RateLimits::with_free_revalidation());
+        self
+    }
+
     /// The rate limits this client has seen (for [`flowgate_core::Engine::pacing`]).
     pub fn rate_limits(&self) -> &RateLimits {
         &self.limits
@@ -142,8 +150,8 @@ impl HttpClient {
                 _ => break response,
             }
         };
-        self.limits.observe(response.headers());
         let status = response.status();
+        self.limits.observe(status, response.headers());
         if status.is_success() || status == StatusCode::NOT_MODIFIED {
             return Ok(response);
         }

@@ -4,12 +4,20 @@
 //! GitLab sends `RateLimit-Limit`, `-Remaining`, `-Reset` (epoch seconds) and `Retry-After`;
 //! the IETF draft's `RateLimit-Reset` is a number of seconds. A quota is shared by every task
 //! this instance polls with the same credentials, so the affordable interval grows with the
-//! number of executions being polled and with the requests one poll costs.
+//! number of executions being polled and with the quota one poll spends.
+//!
+//! What one poll spends is measured, not assumed: the requests sent inside a
+//! [`RateLimits::polling`] scope are the poll's, and a conditional request answered 304 spends
+//! nothing where the engine says so (GitHub). Starts, answers and cancels are left to the
+//! share of the quota polling does not use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use flowgate_core::{EngineError, ExecutionRecord};
+use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 
 /// Polls older than this no longer count as "being polled".
@@ -22,10 +30,17 @@ const EPOCH_THRESHOLD: u64 = 1_000_000_000;
 /// Keep the window's bookkeeping bounded however many executions are polled.
 const MAX_TRACKED: usize = 10_000;
 
+tokio::task_local! {
+    /// The rate limits (by address) whose poll the current task is making.
+    static POLLING: usize;
+}
+
 /// The rate-limit state one set of credentials has seen. Cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
 pub struct RateLimits {
     inner: Mutex<State>,
+    /// A conditional request answered 304 does not count against the quota (GitHub's rule).
+    free_revalidation: bool,
 }
 
 #[derive(Debug, Default)]
@@ -36,22 +51,80 @@ struct State {
     blocked_until: Option<Instant>,
     /// When each execution was last polled.
     polled: HashMap<String, Instant>,
-    /// Requests sent in the window, with their times (bounded).
-    requests: Vec<Instant>,
+    /// Polls and the requests they spent, per second of the window (bounded by its length).
+    seconds: VecDeque<Second>,
+    /// What `Second::at` counts from.
+    origin: Option<Instant>,
+}
+
+/// One second's polls and the quota they spent.
+#[derive(Debug)]
+struct Second {
+    at: u64,
+    polls: u64,
+    spent: u64,
+}
+
+impl State {
+    /// Adds `polls` and `spent` to the current second, dropping seconds out of the window.
+    fn tally(&mut self, now: Instant, polls: u64, spent: u64) {
+        let origin = *self.origin.get_or_insert(now);
+        let at = now.duration_since(origin).as_secs();
+        self.forget_before(at);
+        match self.seconds.back_mut() {
+            Some(second) if second.at == at => {
+                second.polls += polls;
+                second.spent += spent;
+            }
+            _ => self.seconds.push_back(Second { at, polls, spent }),
+        }
+    }
+
+    fn forget_before(&mut self, at: u64) {
+        let oldest = at.saturating_sub(WINDOW.as_secs());
+        while self.seconds.front().is_some_and(|s| s.at < oldest) {
+            self.seconds.pop_front();
+        }
+    }
+
+    /// The requests one poll spent on average in the window; `None` before the first poll.
+    fn per_poll(&mut self, now: Instant) -> Option<f64> {
+        if let Some(origin) = self.origin {
+            self.forget_before(now.duration_since(origin).as_secs());
+        }
+        let (polls, spent) = self.seconds.iter().fold((0, 0), |(p, s), second| {
+            (p + second.polls, s + second.spent)
+        });
+        (polls > 0).then(|| spent as f64 / polls as f64)
+    }
 }
 
 impl RateLimits {
-    /// No limits seen yet.
+    /// No limits seen yet; every answer spends quota.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// No limits seen yet; a conditional request answered 304 Not Modified spends no quota
+    /// (GitHub: "does not count against your primary rate limit").
+    pub fn with_free_revalidation() -> Self {
+        RateLimits {
+            free_revalidation: true,
+            ..Self::default()
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records the rate-limit headers of an answer (any status).
-    pub fn observe(&self, headers: &HeaderMap) {
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// Records an answer's rate-limit headers (any status); a request sent inside
+    /// [`RateLimits::polling`] is counted as the poll's spending.
+    pub fn observe(&self, status: StatusCode, headers: &HeaderMap) {
         let now = Instant::now();
         let number = |names: &[&str]| {
             names.iter().find_map(|n| {
@@ -61,11 +134,11 @@ impl RateLimits {
                     .and_then(|v| v.trim().parse::<u64>().ok())
             })
         };
+        let polling = POLLING.try_with(|at| *at == self.address()) == Ok(true);
+        let free = self.free_revalidation && status == StatusCode::NOT_MODIFIED;
         let mut s = self.state();
-        s.requests.push(now);
-        if s.requests.len() > MAX_TRACKED {
-            let drop = s.requests.len() - MAX_TRACKED;
-            s.requests.drain(..drop);
+        if polling && !free {
+            s.tally(now, 0, 1);
         }
         if let Some(remaining) = number(&["x-ratelimit-remaining", "ratelimit-remaining"]) {
             s.remaining = Some(remaining);
@@ -78,10 +151,26 @@ impl RateLimits {
         }
     }
 
-    /// Records that the execution `key` was polled now (one `get`, however many requests).
-    pub fn note_poll(&self, key: &str) {
+    /// Runs `read`, one poll of the execution `key` (however many requests it sends): the
+    /// requests it sends are what the poll spends, and an execution it finds ended is no
+    /// longer counted among those being polled.
+    pub async fn polling<F>(&self, key: &str, read: F) -> Result<ExecutionRecord, EngineError>
+    where
+        F: Future<Output = Result<ExecutionRecord, EngineError>>,
+    {
+        self.note_poll(key);
+        let read = POLLING.scope(self.address(), read).await;
+        if read.as_ref().is_ok_and(|r| r.state.is_terminal()) {
+            self.state().polled.remove(key);
+        }
+        read
+    }
+
+    /// Records that the execution `key` was polled now.
+    fn note_poll(&self, key: &str) {
         let now = Instant::now();
         let mut s = self.state();
+        s.tally(now, 1, 0);
         if s.polled.len() >= MAX_TRACKED && !s.polled.contains_key(key) {
             s.polled.retain(|_, at| now.duration_since(*at) < WINDOW);
             if s.polled.len() >= MAX_TRACKED {
@@ -106,7 +195,8 @@ impl RateLimits {
         let now = Instant::now();
         let mut s = self.state();
         s.polled.retain(|_, at| now.duration_since(*at) < WINDOW);
-        s.requests.retain(|at| now.duration_since(*at) < WINDOW);
+        // Before the first poll is measured, assume it sends one request.
+        let per_poll = s.per_poll(now).unwrap_or(1.0);
         let blocked = s
             .blocked_until
             .and_then(|until| until.checked_duration_since(now));
@@ -117,8 +207,6 @@ impl RateLimits {
                     .unwrap_or(Duration::ZERO)
                     .max(Duration::from_secs(1));
                 let executions = s.polled.len().max(1) as f64;
-                // Requests one poll costs, as seen in the window (at least one).
-                let per_poll = (s.requests.len() as f64 / executions).max(1.0);
                 if remaining == 0 {
                     Some(left)
                 } else {
@@ -182,6 +270,7 @@ pub(crate) fn reset_in(headers: &HeaderMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowgate_core::TaskState;
     use reqwest::header::{HeaderName, HeaderValue};
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -198,47 +287,146 @@ mod tests {
     #[test]
     fn no_headers_no_opinion() {
         let r = RateLimits::new();
-        r.observe(&HeaderMap::new());
+        r.observe(StatusCode::OK, &HeaderMap::new());
         assert_eq!(r.pacing(), None);
     }
 
-    #[test]
-    fn interval_grows_with_executions_and_shrinking_quota() {
+    const OK: StatusCode = StatusCode::OK;
+
+    /// `requests` answers with `quota`'s headers, sent as one poll of `key` that finds it
+    /// working.
+    async fn poll(r: &RateLimits, key: &str, requests: &[StatusCode], quota: &HeaderMap) {
+        let read = r
+            .polling(key, async {
+                for status in requests {
+                    r.observe(*status, quota);
+                }
+                Ok(record(TaskState::Working))
+            })
+            .await;
+        assert!(read.is_ok());
+    }
+
+    fn record(state: TaskState) -> ExecutionRecord {
+        ExecutionRecord::new(state, "x", chrono::Utc::now())
+    }
+
+    fn quota(remaining: &str, reset: &str) -> HeaderMap {
+        headers(&[
+            ("x-ratelimit-remaining", remaining),
+            ("x-ratelimit-reset", reset),
+        ])
+    }
+
+    #[tokio::test]
+    async fn interval_grows_with_executions_and_shrinking_quota() {
         let r = RateLimits::new();
-        // 1000 requests left for 1000 s: 0.8 request/s for polling.
-        r.observe(&headers(&[
-            ("x-ratelimit-remaining", "1000"),
-            ("x-ratelimit-reset", "1000"),
-        ]));
-        r.note_poll("a");
+        // 1000 requests left for 1000 s: 0.8 request/s for polling, one request a poll.
+        poll(&r, "a", &[OK], &quota("1000", "1000")).await;
         let one = r.pacing().expect("pacing");
         assert!((1.2..1.3).contains(&one.as_secs_f64()), "{one:?}");
         for k in ["b", "c", "d"] {
-            r.note_poll(k);
+            poll(&r, k, &[OK], &quota("1000", "1000")).await;
         }
         let four = r.pacing().expect("pacing");
-        assert!(four > one * 3, "{four:?} vs {one:?}");
-        r.observe(&headers(&[
-            ("x-ratelimit-remaining", "100"),
-            ("x-ratelimit-reset", "1000"),
-        ]));
+        assert!(
+            (4.9..5.1).contains(&four.as_secs_f64()),
+            "{four:?} vs {one:?}"
+        );
+        r.observe(OK, &quota("100", "1000"));
         assert!(r.pacing().expect("pacing") > four * 5);
+    }
+
+    #[tokio::test]
+    async fn a_poll_costs_what_it_spent_not_what_the_execution_spent_before() {
+        let r = RateLimits::new();
+        // A start's requests are not a poll's.
+        for _ in 0..50 {
+            r.observe(OK, &quota("1000", "1000"));
+        }
+        assert_eq!(
+            r.pacing().map(|d| d.as_secs_f64().round()),
+            Some(1.0),
+            "one request a poll assumed before the first"
+        );
+        // One execution polled a hundred times, two requests each: 2 / 0.8 per second.
+        for _ in 0..100 {
+            poll(&r, "a", &[OK, OK], &quota("1000", "1000")).await;
+        }
+        let paced = r.pacing().expect("pacing").as_secs_f64();
+        assert!((2.4..2.6).contains(&paced), "{paced}");
+    }
+
+    #[tokio::test]
+    async fn an_ended_execution_no_longer_shares_the_quota() {
+        let r = RateLimits::new();
+        poll(&r, "a", &[OK], &quota("1000", "1000")).await;
+        poll(&r, "b", &[OK], &quota("1000", "1000")).await;
+        let two = r.pacing().expect("pacing").as_secs_f64();
+        assert!((2.4..2.6).contains(&two), "{two}");
+        let ended = r
+            .polling("b", async {
+                r.observe(OK, &quota("1000", "1000"));
+                Ok(record(TaskState::Completed))
+            })
+            .await;
+        assert!(ended.is_ok());
+        let one = r.pacing().expect("pacing").as_secs_f64();
+        assert!((1.2..1.3).contains(&one), "{one}");
+    }
+
+    #[tokio::test]
+    async fn a_revalidated_answer_is_free_only_where_the_engine_says_so() {
+        let free = RateLimits::with_free_revalidation();
+        let counted = RateLimits::new();
+        for r in [&free, &counted] {
+            poll(r, "a", &[OK, OK], &quota("1000", "1000")).await;
+            for _ in 0..9 {
+                poll(
+                    r,
+                    "a",
+                    &[StatusCode::NOT_MODIFIED; 2],
+                    &quota("1000", "1000"),
+                )
+                .await;
+            }
+        }
+        // Ten polls spent two requests (GitHub) or twenty.
+        let free = free.pacing().expect("pacing").as_secs_f64();
+        let counted = counted.pacing().expect("pacing").as_secs_f64();
+        assert!((0.2..0.3).contains(&free), "{free}");
+        assert!((2.4..2.6).contains(&counted), "{counted}");
+    }
+
+    #[tokio::test]
+    async fn another_clients_poll_is_not_this_ones() {
+        let mine = RateLimits::new();
+        let other = RateLimits::new();
+        poll(&mine, "a", &[], &quota("1000", "1000")).await;
+        let read = other
+            .polling("x", async {
+                mine.observe(OK, &quota("1000", "1000"));
+                Ok(record(TaskState::Working))
+            })
+            .await;
+        assert!(read.is_ok());
+        assert_eq!(mine.state().per_poll(Instant::now()), Some(0.0));
     }
 
     #[test]
     fn exhausted_quota_waits_for_the_reset_and_retry_after_blocks() {
         let r = RateLimits::new();
-        r.observe(&headers(&[
-            ("RateLimit-Remaining", "0"),
-            ("RateLimit-Reset", "30"),
-        ]));
+        r.observe(
+            StatusCode::TOO_MANY_REQUESTS,
+            &headers(&[("RateLimit-Remaining", "0"), ("RateLimit-Reset", "30")]),
+        );
         let p = r.pacing().expect("pacing");
         assert!(
             p > Duration::from_secs(28) && p <= Duration::from_secs(30),
             "{p:?}"
         );
         let r = RateLimits::new();
-        r.observe(&headers(&[("retry-after", "7")]));
+        r.observe(StatusCode::FORBIDDEN, &headers(&[("retry-after", "7")]));
         assert!(r.blocked_for().expect("blocked") > Duration::from_secs(6));
         assert!(r.pacing().expect("pacing") > Duration::from_secs(6));
     }
