@@ -293,18 +293,22 @@ mod tests {
 
     const OK: StatusCode = StatusCode::OK;
 
-    /// `requests` answers with `quota`'s headers, sent as one poll of `key` that finds it
-    /// working.
-    async fn poll(r: &RateLimits, key: &str, requests: &[StatusCode], quota: &HeaderMap) {
+    /// One poll of `key` that sends `requests` (each answered with 1,000 requests left for
+    /// 1,000 s) and finds the execution `found`.
+    async fn poll_finding(r: &RateLimits, key: &str, requests: &[StatusCode], found: TaskState) {
         let read = r
             .polling(key, async {
                 for status in requests {
-                    r.observe(*status, quota);
+                    r.observe(*status, &quota("1000", "1000"));
                 }
-                Ok(record(TaskState::Working))
+                Ok(record(found))
             })
             .await;
         assert!(read.is_ok());
+    }
+
+    async fn poll(r: &RateLimits, key: &str, requests: &[StatusCode]) {
+        poll_finding(r, key, requests, TaskState::Working).await;
     }
 
     fn record(state: TaskState) -> ExecutionRecord {
@@ -322,11 +326,11 @@ mod tests {
     async fn interval_grows_with_executions_and_shrinking_quota() {
         let r = RateLimits::new();
         // 1000 requests left for 1000 s: 0.8 request/s for polling, one request a poll.
-        poll(&r, "a", &[OK], &quota("1000", "1000")).await;
+        poll(&r, "a", &[OK]).await;
         let one = r.pacing().expect("pacing");
         assert!((1.2..1.3).contains(&one.as_secs_f64()), "{one:?}");
         for k in ["b", "c", "d"] {
-            poll(&r, k, &[OK], &quota("1000", "1000")).await;
+            poll(&r, k, &[OK]).await;
         }
         let four = r.pacing().expect("pacing");
         assert!(
@@ -351,7 +355,7 @@ mod tests {
         );
         // One execution polled a hundred times, two requests each: 2 / 0.8 per second.
         for _ in 0..100 {
-            poll(&r, "a", &[OK, OK], &quota("1000", "1000")).await;
+            poll(&r, "a", &[OK, OK]).await;
         }
         let paced = r.pacing().expect("pacing").as_secs_f64();
         assert!((2.4..2.6).contains(&paced), "{paced}");
@@ -360,17 +364,11 @@ mod tests {
     #[tokio::test]
     async fn an_ended_execution_no_longer_shares_the_quota() {
         let r = RateLimits::new();
-        poll(&r, "a", &[OK], &quota("1000", "1000")).await;
-        poll(&r, "b", &[OK], &quota("1000", "1000")).await;
+        poll(&r, "a", &[OK]).await;
+        poll(&r, "b", &[OK]).await;
         let two = r.pacing().expect("pacing").as_secs_f64();
         assert!((2.4..2.6).contains(&two), "{two}");
-        let ended = r
-            .polling("b", async {
-                r.observe(OK, &quota("1000", "1000"));
-                Ok(record(TaskState::Completed))
-            })
-            .await;
-        assert!(ended.is_ok());
+        poll_finding(&r, "b", &[OK], TaskState::Completed).await;
         let one = r.pacing().expect("pacing").as_secs_f64();
         assert!((1.2..1.3).contains(&one), "{one}");
     }
@@ -380,15 +378,9 @@ mod tests {
         let free = RateLimits::with_free_revalidation();
         let counted = RateLimits::new();
         for r in [&free, &counted] {
-            poll(r, "a", &[OK, OK], &quota("1000", "1000")).await;
+            poll(r, "a", &[OK, OK]).await;
             for _ in 0..9 {
-                poll(
-                    r,
-                    "a",
-                    &[StatusCode::NOT_MODIFIED; 2],
-                    &quota("1000", "1000"),
-                )
-                .await;
+                poll(r, "a", &[StatusCode::NOT_MODIFIED; 2]).await;
             }
         }
         // Ten polls spent two requests (GitHub) or twenty.
@@ -402,7 +394,7 @@ mod tests {
     async fn another_clients_poll_is_not_this_ones() {
         let mine = RateLimits::new();
         let other = RateLimits::new();
-        poll(&mine, "a", &[], &quota("1000", "1000")).await;
+        poll(&mine, "a", &[]).await;
         let read = other
             .polling("x", async {
                 mine.observe(OK, &quota("1000", "1000"));
