@@ -405,14 +405,22 @@ async fn cancel_ends_a_daemon_the_tool_detached() {
         .next()
         .and_then(|p| p.parse().ok())
         .expect("the supervisor's pid");
-    let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap_or_default();
-    assert!(
-        String::from_utf8_lossy(&cmdline).contains(flowgate_local::SUPERVISE_ARG),
-        "the supervisor {supervisor} is the binary: {:?}; exit {:?}, stderr {:?}",
-        String::from_utf8_lossy(&cmdline),
-        std::fs::read_to_string(run.join("exit")),
-        std::fs::read_to_string(run.join("stderr")),
-    );
+    // The server learns the supervisor started once its `exec` is past the point of no return;
+    // the kernel fills in its command line a moment later, a moment a loaded machine stretches.
+    eventually(std::time::Duration::from_secs(10), || async {
+        let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(flowgate_local::SUPERVISE_ARG) {
+            Ok(())
+        } else {
+            Err(format!(
+                "the supervisor {supervisor} is the binary: {:?}; exit {:?}, stderr {:?}",
+                String::from_utf8_lossy(&cmdline),
+                std::fs::read_to_string(run.join("exit")),
+                std::fs::read_to_string(run.join("stderr")),
+            ))
+        }
+    })
+    .await;
     let daemon = eventually(std::time::Duration::from_secs(10), || async {
         sleeping(&token)
             .into_iter()
