@@ -29,8 +29,9 @@
 //! `EngineError` (the task stays working); only GitHub's own word is a failure.
 //!
 //! **Rate limits.** Every poll is a conditional GET (an unchanged run costs a 304, which GitHub
-//! does not count), and [`Engine::pacing`](flowgate_core::Engine::pacing) follows
-//! `x-ratelimit-remaining`/`-reset` and `retry-after`, through flowgate-http.
+//! does not count, and neither does flowgate), and [`Engine::pacing`](flowgate_core::Engine::pacing)
+//! follows `x-ratelimit-remaining`/`-reset` and `retry-after`, through flowgate-http: a running
+//! task advertises that interval as its `pollIntervalMs`.
 
 mod api;
 mod auth;

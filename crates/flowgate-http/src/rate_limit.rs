@@ -152,16 +152,27 @@ impl RateLimits {
     }
 
     /// Runs `read`, one poll of the execution `key` (however many requests it sends): the
-    /// requests it sends are what the poll spends, and an execution it finds ended is no
-    /// longer counted among those being polled.
+    /// requests it sends are what the poll spends. An execution it finds ended is no longer
+    /// counted among those being polled; one still running carries the interval the quota
+    /// affords as its `min_poll_interval`, so every answer advertises it (as the first one
+    /// does) and a client polling at the advertised pace stays inside the quota.
     pub async fn polling<F>(&self, key: &str, read: F) -> Result<ExecutionRecord, EngineError>
     where
         F: Future<Output = Result<ExecutionRecord, EngineError>>,
     {
         self.note_poll(key);
-        let read = POLLING.scope(self.address(), read).await;
-        if read.as_ref().is_ok_and(|r| r.state.is_terminal()) {
-            self.state().polled.remove(key);
+        let mut read = POLLING.scope(self.address(), read).await;
+        match &mut read {
+            Ok(record) if record.state.is_terminal() => {
+                self.state().polled.remove(key);
+            }
+            Ok(record) => {
+                if let Some(paced) = self.pacing() {
+                    let floor = record.min_poll_interval.unwrap_or_default().max(paced);
+                    record.min_poll_interval = Some(floor);
+                }
+            }
+            Err(_) => {}
         }
         read
     }
@@ -294,21 +305,25 @@ mod tests {
     const OK: StatusCode = StatusCode::OK;
 
     /// One poll of `key` that sends `requests` (each answered with 1,000 requests left for
-    /// 1,000 s) and finds the execution `found`.
-    async fn poll_finding(r: &RateLimits, key: &str, requests: &[StatusCode], found: TaskState) {
-        let read = r
-            .polling(key, async {
-                for status in requests {
-                    r.observe(*status, &quota("1000", "1000"));
-                }
-                Ok(record(found))
-            })
-            .await;
-        assert!(read.is_ok());
+    /// 1,000 s) and finds the execution `found`: the record it answers.
+    async fn poll_finding(
+        r: &RateLimits,
+        key: &str,
+        requests: &[StatusCode],
+        found: TaskState,
+    ) -> ExecutionRecord {
+        r.polling(key, async {
+            for status in requests {
+                r.observe(*status, &quota("1000", "1000"));
+            }
+            Ok(record(found))
+        })
+        .await
+        .expect("a record")
     }
 
-    async fn poll(r: &RateLimits, key: &str, requests: &[StatusCode]) {
-        poll_finding(r, key, requests, TaskState::Working).await;
+    async fn poll(r: &RateLimits, key: &str, requests: &[StatusCode]) -> ExecutionRecord {
+        poll_finding(r, key, requests, TaskState::Working).await
     }
 
     fn record(state: TaskState) -> ExecutionRecord {
@@ -368,9 +383,38 @@ mod tests {
         poll(&r, "b", &[OK]).await;
         let two = r.pacing().expect("pacing").as_secs_f64();
         assert!((2.4..2.6).contains(&two), "{two}");
-        poll_finding(&r, "b", &[OK], TaskState::Completed).await;
+        let ended = poll_finding(&r, "b", &[OK], TaskState::Completed).await;
+        assert_eq!(
+            ended.min_poll_interval, None,
+            "an ended task is not polled again"
+        );
         let one = r.pacing().expect("pacing").as_secs_f64();
         assert!((1.2..1.3).contains(&one), "{one}");
+    }
+
+    #[tokio::test]
+    async fn a_running_execution_carries_the_interval_the_quota_affords() {
+        let r = RateLimits::new();
+        let read = poll(&r, "a", &[OK]).await;
+        let floor = read.min_poll_interval.expect("an interval").as_secs_f64();
+        assert!((1.2..1.3).contains(&floor), "{floor}");
+        // An engine's own, longer floor stands.
+        let slow = r
+            .polling("a", async {
+                let mut record = record(TaskState::Working);
+                record.min_poll_interval = Some(Duration::from_secs(30));
+                Ok(record)
+            })
+            .await
+            .expect("a record");
+        assert_eq!(slow.min_poll_interval, Some(Duration::from_secs(30)));
+        // Without rate-limit headers there is nothing to advertise.
+        let silent = RateLimits::new();
+        let read = silent
+            .polling("a", async { Ok(record(TaskState::Working)) })
+            .await
+            .expect("a record");
+        assert_eq!(read.min_poll_interval, None);
     }
 
     #[tokio::test]
