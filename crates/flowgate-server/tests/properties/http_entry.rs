@@ -224,8 +224,12 @@ impl Fixture {
     }
 }
 
-/// The JSON-RPC messages of an answer: its JSON body, or the `data:` lines of its event stream.
+/// The JSON-RPC messages of an answer: its JSON body, or the `data:` lines of its event stream
+/// (none for a `HEAD`, whose answer has the headers a `GET` would get and no body).
 fn messages(answer: &Answer) -> Result<Vec<Value>, String> {
+    if answer.head {
+        return Ok(Vec::new());
+    }
     if answer.content_type.starts_with("application/json") {
         return serde_json::from_slice(&answer.body)
             .map(|v| vec![v])
@@ -610,6 +614,29 @@ proptest! {
             "{}: {}", answer.status, String::from_utf8_lossy(&answer.body)
         );
     }
+}
+
+/// Found by `mutated_requests_get_clear_answers` (its shrunk input): a `HEAD` with a malformed
+/// `Authorization` is refused with the headers a `GET` would get, JSON's content type among
+/// them, and no body, as HTTP has it; the check read that empty body as JSON.
+#[test]
+fn a_refused_head_has_no_body_to_read() {
+    let f = fixture();
+    let mut sent = seeds(&f.task_id)[0].clone();
+    sent.headers.push((
+        "authorization".to_owned(),
+        format!("Bearer {}", f.token).into_bytes(),
+    ));
+    for m in [
+        Mutation::Header("authorization".to_owned(), b"2025-11-25".to_vec()),
+        Mutation::Method("HEAD".to_owned()),
+    ] {
+        sent = mutate(sent, &m);
+    }
+    let answer = f.send(true, &sent);
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert!(answer.body.is_empty(), "{:?}", answer.body);
+    assert!(check(&answer).is_ok(), "{:?}", check(&answer));
 }
 
 /// Found by `mutated_requests_get_clear_answers`: a 2025-11-25 `tasks/*` request with a foreign
