@@ -182,6 +182,26 @@ impl Lambda {
             .expect("state JSON")
     }
 
+    /// Waits until no sandbox is busy. A request sent while the last invocation's runtime has
+    /// not yet asked for its next event starts another sandbox, as Lambda starts another
+    /// execution environment, and that one's /tmp holds none of the first one's local-engine
+    /// runs; a loaded machine stretches that moment past the client's next request. The tests
+    /// mean one warm environment, so each request waits for it.
+    pub(crate) async fn settled(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let state = self.state().await;
+            if state["busy"] == 0 {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a sandbox is still busy 15 s after the last answer: {state}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Kills every sandbox: the next invocations start cold, in new processes.
     pub(crate) async fn reset(&self) {
         self.http
@@ -209,6 +229,7 @@ impl Lambda {
         headers: &[(&str, &str)],
         body: String,
     ) -> Answer {
+        self.settled().await;
         let base = match signer {
             Some(_) => &self.signing_proxy,
             None => &self.function_url,
@@ -237,6 +258,7 @@ impl Lambda {
     /// Invokes the function with a raw event (as API Gateway does) and returns Lambda's answer:
     /// the function's response object, or Lambda's error object.
     pub(crate) async fn invoke_event(&self, event: &Value) -> Value {
+        self.settled().await;
         self.http
             .post(format!(
                 "{}/2015-03-31/functions/flowgate/invocations",
@@ -709,6 +731,7 @@ async fn post_2025(lambda: &Lambda, body: Value, extra: &[(&str, &str)]) -> Answ
 
 /// A GET of the Function URL's /mcp with `headers`, signed as [`CALLER`].
 async fn get_2025(lambda: &Lambda, headers: &[(&str, &str)]) -> Answer {
+    lambda.settled().await;
     let mut req = reqwest::Client::new()
         .get(format!("{}/mcp", lambda.signing_proxy))
         .header("x-emulator-sign-as", "session-1")
