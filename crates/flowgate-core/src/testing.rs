@@ -28,6 +28,18 @@ use crate::{
 
 const KIND: &str = "fake";
 
+/// `task_id` with its last character changed: a forged handle that is never the handle itself
+/// (putting a fixed character there gives the handle back whenever it already ends in it, once
+/// in 64 runs).
+pub fn forged(task_id: &str) -> String {
+    let mut chars: Vec<char> = task_id.chars().collect();
+    match chars.last_mut() {
+        Some(last) => *last = if *last == 'A' { 'B' } else { 'A' },
+        None => chars.push('A'),
+    }
+    chars.into_iter().collect()
+}
+
 #[derive(Debug)]
 struct Run {
     record: ExecutionRecord,
@@ -345,6 +357,15 @@ pub fn register(registry: &mut crate::Registry, engine: FakeEngine) {
 mod tests {
     use super::*;
     use crate::conformance::{Case, Fixture, run_all};
+
+    #[test]
+    fn a_forgery_is_never_the_handle() {
+        for id in ["fg2.xyzA", "fg2.xyzB", "fg2.xyz9", ""] {
+            let forged = super::forged(id);
+            assert_ne!(forged, id);
+            assert_eq!(forged.len(), id.len().max(1));
+        }
+    }
 
     fn case(engine: &FakeEngine, script: Value) -> Case {
         Case {

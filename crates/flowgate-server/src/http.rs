@@ -790,7 +790,7 @@ mod tests {
         )
         .await;
         let theirs = started(&app, json!({"script": [{"succeed": 1}]}), &bob).await;
-        let forged = format!("{}A", &mine[..mine.len() - 1]);
+        let forged = flowgate_core::testing::forged(&mine);
         let asked = json!({"taskIds": [mine, theirs, forged, "nope"]});
         let response = app
             .clone()

@@ -123,7 +123,7 @@ async fn a_listener_sees_every_stage_of_a_local_task_to_its_end() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = start(dir.path());
     let task = started(&server.url).await;
-    let forged = format!("{}A", &task[..task.len() - 1]);
+    let forged = flowgate_core::testing::forged(&task);
     let mut listening = Listening::open(&server.url, json!({"taskIds": [task, forged]})).await;
     let ack = listening.next().await.expect("the acknowledgement");
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
