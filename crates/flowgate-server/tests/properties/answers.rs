@@ -51,7 +51,7 @@ fn corpus(task_id: &str) -> Vec<(&'static str, Sent)> {
         sent
     };
     let get = modern("tasks/get", Some(task_id), json!({"taskId": task_id}));
-    let forged = flowgate_core::testing::forged(&task_id);
+    let forged = flowgate_core::testing::forged(task_id);
     let list = modern("tools/list", None, json!({}));
     let quick = || {
         modern(
