@@ -74,8 +74,9 @@ async fn jobs_wait_for_a_runner_a_resource_group_and_their_start_time() {
     .await;
     assert_eq!(r.engine_status, "waiting_for_resource");
     assert_eq!(r.state, TaskState::Submitted, "{r:?}");
+    // The pipeline and its jobs are two reads: wait for a poll in which both say scheduled.
     let r = wait(&e, &first, |r| {
-        r.status_message.as_deref() == Some("scheduled announce")
+        r.status_message.as_deref() == Some("scheduled announce") && r.engine_status == "scheduled"
     })
     .await;
     assert_eq!(r.engine_status, "scheduled");
